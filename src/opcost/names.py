@@ -1,0 +1,93 @@
+"""Names that become wildcards and file names, and the parsing of GPU settings.
+
+Every string from the config that ends up in a path passes through here first, so that
+no path is ever built from an unchecked user string.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+#: GPU configuration names (``h100``, ``h100-notf32``) and model names (``resnet18``).
+NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
+#: ``{model}_{b}x{c}x{h}x{w}``: the model part may itself contain underscores.
+MODEL_INPUT_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}_[0-9]+(?:x[0-9]+)*"
+#: ``default``, ``sm{MHz}`` or ``pl{W}``.
+SETTING_PATTERN = r"default|sm[1-9][0-9]{1,4}|pl[1-9][0-9]{1,4}"
+MODE_PATTERN = r"inference|training"
+OP_ID_PATTERN = r"[0-9a-f]{16}"
+MODES = ("inference", "training")
+
+_NAME_RE = re.compile(NAME_PATTERN)
+_SETTING_RE = re.compile(SETTING_PATTERN)
+
+
+class NameError_(ValueError):
+    """A name from the config cannot be used as a wildcard or file name."""
+
+
+def check_name(name: object, what: str) -> str:
+    """Return ``name`` if it is safe as a path component, else raise naming ``what``.
+
+    Safe means: starts with a letter or digit, then only letters, digits, ``_``, ``.``
+    and ``-``, at most 64 characters (no ``/``, no spaces, no ``..`` at the start).
+    """
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or ".." in name:
+        raise NameError_(
+            f"{what}: {name!r} is not a safe name; use letters, digits, '_', '.' and '-' "
+            f"(starting with a letter or digit, at most 64 characters)"
+        )
+    return name
+
+
+def model_input_name(model: str, shape: tuple[int, ...] | list[int]) -> str:
+    """The model-input set's name, e.g. ``resnet18_32x3x224x224``.
+
+    For a user's import path (``pkg.module:factory``) the model part is the factory's
+    qualified name with ``:`` replaced by ``.``.
+    """
+    model_part = model.replace(":", ".")
+    check_name(model_part, f"model {model!r}")
+    return f"{model_part}_{'x'.join(str(int(d)) for d in shape)}"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A GPU setting: the card as it is, a locked SM clock, or a power limit."""
+
+    name: str
+    kind: str  # "default" | "sm" | "pl"
+    value: int | None  # MHz for "sm", W for "pl"
+
+    @property
+    def sm_clock_mhz(self) -> int | None:
+        return self.value if self.kind == "sm" else None
+
+    @property
+    def power_limit_w(self) -> int | None:
+        return self.value if self.kind == "pl" else None
+
+
+def parse_setting(text: object) -> Setting:
+    """Parse ``default``, ``sm1410`` (lock SM clock at 1410 MHz) or ``pl300`` (300 W limit)."""
+    if not isinstance(text, str) or not _SETTING_RE.fullmatch(text):
+        raise ValueError(
+            f"GPU setting {text!r} is malformed: expected 'default', 'sm<MHz>' (e.g. sm1410) "
+            f"or 'pl<W>' (e.g. pl300) with a positive integer"
+        )
+    if text == "default":
+        return Setting(text, "default", None)
+    return Setting(text, text[:2], int(text[2:]))
+
+
+@dataclass(frozen=True)
+class ModelInput:
+    """A model-input set: a network plus one input shape, e.g. ``resnet18`` at (32, 3, 224, 224)."""
+
+    model: str
+    shape: tuple[int, ...]
+
+    @property
+    def name(self) -> str:
+        return model_input_name(self.model, self.shape)

@@ -1,0 +1,344 @@
+"""Operation specs: the canonical JSON that identifies an operation and rebuilds it.
+
+A spec is a JSON object (see ``docs/formats.md``)::
+
+    {"kind": "module" | "function",
+     "type": "torch.nn.modules.conv.Conv2d" | "torch.Tensor.__iadd__",
+     "attrs": {...},                 # modules only: the settings that shape the work
+     "args": [...], "kwargs": {...}, # the call, tensors replaced by {"__tensor__": i}
+     "inputs": [{"shape": [...], "dtype": "float32", "param": false}, ...],
+     "outputs": [{"shape": [...], "dtype": "float32"}, ...]}
+
+``op_id`` is the first 16 hex digits of SHA-256 over the canonical JSON (sorted keys, no
+whitespace, no NaN): identical across processes, machines and Python versions, because it
+depends only on the JSON text.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib
+import inspect
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+TENSOR = "__tensor__"
+_SKIP = object()
+
+#: Constructor parameters that a module does not keep as a plain attribute, and the
+#: attribute(s) whose presence (not None) says their value.
+_PRESENCE_ATTRS = {
+    "bias": ("bias", "in_proj_bias"),
+    "add_bias_kv": ("bias_k",),
+}
+
+
+class SpecError(ValueError):
+    """A spec cannot be built or rebuilt."""
+
+
+def canonical_json(obj: Any) -> str:
+    """JSON text with sorted keys and no whitespace: the input to ``op_id``."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def op_id(spec: dict[str, Any]) -> str:
+    """Short stable hash of a spec: 16 hex digits of SHA-256 over its canonical JSON."""
+    return hashlib.sha256(canonical_json(spec).encode("utf-8")).hexdigest()[:16]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.float32`` -> ``"float32"``."""
+    return str(dtype).removeprefix("torch.")
+
+
+def dtype_from_name(name: str) -> torch.dtype:
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise SpecError(f"unknown dtype {name!r}")
+    return dtype
+
+
+def encode_value(value: Any, tensors: list[torch.Tensor], mark_tuples: bool = False) -> Any:
+    """Encode a call argument or attribute as JSON; tensors go to ``tensors``.
+
+    With ``mark_tuples`` (call arguments), tuples are kept apart from lists. Returns
+    ``_SKIP`` for values that have no JSON form (callables, modules, ...).
+    """
+    if isinstance(value, torch.Tensor):
+        tensors.append(value)
+        return {TENSOR: len(tensors) - 1}
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else {"__float__": repr(value)}
+    if isinstance(value, torch.dtype):
+        return {"__dtype__": dtype_name(value)}
+    if isinstance(value, torch.device):
+        return {"__device__": True}  # rebuilt on the measuring device
+    if isinstance(value, slice):
+        return {
+            "__slice__": [encode_value(v, tensors) for v in (value.start, value.stop, value.step)]
+        }
+    if value is Ellipsis:
+        return {"__ellipsis__": True}
+    if isinstance(value, torch.memory_format):
+        return {"__memory_format__": str(value).removeprefix("torch.")}
+    if isinstance(value, list | tuple | torch.Size):
+        items = [encode_value(v, tensors, mark_tuples) for v in value]
+        if any(i is _SKIP for i in items):
+            return _SKIP
+        # In a call, a tuple and a list can mean different things (x[(a, b)] vs x[[a, b]]).
+        if mark_tuples and isinstance(value, tuple) and not isinstance(value, torch.Size):
+            return {"__tuple__": items}
+        return items
+    if isinstance(value, dict):
+        items = {str(k): encode_value(v, tensors, mark_tuples) for k, v in value.items()}
+        return _SKIP if any(i is _SKIP for i in items.values()) else items
+    return _SKIP
+
+
+def decode_value(value: Any, tensors: Sequence[torch.Tensor], device: torch.device) -> Any:
+    """Inverse of :func:`encode_value`: placeholders become the given tensors."""
+    if isinstance(value, list):
+        return [decode_value(v, tensors, device) for v in value]
+    if isinstance(value, dict):
+        if TENSOR in value:
+            return tensors[value[TENSOR]]
+        if "__float__" in value:
+            return float(value["__float__"])
+        if "__dtype__" in value:
+            return dtype_from_name(value["__dtype__"])
+        if "__device__" in value:
+            return device
+        if "__tuple__" in value:
+            return tuple(decode_value(v, tensors, device) for v in value["__tuple__"])
+        if "__slice__" in value:
+            return slice(*(decode_value(v, tensors, device) for v in value["__slice__"]))
+        if "__ellipsis__" in value:
+            return Ellipsis
+        if "__memory_format__" in value:
+            return getattr(torch, value["__memory_format__"])
+        return {k: decode_value(v, tensors, device) for k, v in value.items()}
+    return value
+
+
+def _as_tuples(value: Any) -> Any:
+    """Constructor arguments: JSON lists back to the tuples modules were built with."""
+    if isinstance(value, list):
+        return tuple(_as_tuples(v) for v in value)
+    return value
+
+
+def module_attrs(module: torch.nn.Module) -> dict[str, Any]:
+    """The settings of a module that shape its work, captured generically.
+
+    Every public plain attribute (numbers, strings, booleans, tuples of them, dtypes)
+    is kept, so module types nobody listed still work. Constructor parameters that the
+    module keeps only as the presence of a tensor (``bias``) are added as booleans.
+    """
+    attrs: dict[str, Any] = {}
+    for name, value in vars(module).items():
+        if name.startswith("_") or name == "training":
+            continue
+        encoded = encode_value(value, tensors := [])
+        if encoded is not _SKIP and not tensors:
+            attrs[name] = encoded
+    try:
+        params = inspect.signature(type(module).__init__).parameters
+    except (TypeError, ValueError):
+        params = {}
+    for name in params:
+        if name in attrs or name == "self":
+            continue
+        for attr in _PRESENCE_ATTRS.get(name, (name,)):
+            if hasattr(module, attr):
+                value = getattr(module, attr)
+                if value is None or isinstance(value, torch.Tensor):
+                    attrs[name] = value is not None
+                    break
+    return attrs
+
+
+def tensor_spec(t: torch.Tensor) -> dict[str, Any]:
+    return {
+        "shape": list(t.shape),
+        "dtype": dtype_name(t.dtype),
+        "param": isinstance(t, torch.nn.Parameter),
+    }
+
+
+def output_specs(output: Any) -> list[dict[str, Any]]:
+    """Shapes and dtypes of every tensor in a (possibly nested) output."""
+    found: list[torch.Tensor] = []
+
+    def walk(x: Any) -> None:
+        if isinstance(x, torch.Tensor):
+            found.append(x)
+        elif isinstance(x, list | tuple):
+            for item in x:
+                walk(item)
+        elif isinstance(x, dict):
+            for item in x.values():
+                walk(item)
+
+    walk(output)
+    return [{"shape": list(t.shape), "dtype": dtype_name(t.dtype)} for t in found]
+
+
+def qualified_name(obj: Any) -> str:
+    """``module.QualName`` of a class or function."""
+    return f"{obj.__module__}.{obj.__qualname__}"
+
+
+def resolve_name(name: str) -> Any:
+    """Import the object named by a qualified name (``torch.Tensor.__iadd__``)."""
+    parts = name.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        try:
+            for attr in parts[cut:]:
+                obj = getattr(obj, attr)
+        except AttributeError:
+            continue
+        return obj
+    raise SpecError(f"cannot import {name!r}")
+
+
+def make_spec(
+    kind: str,
+    type_name: str,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    output: Any,
+    attrs: dict[str, Any] | None = None,
+) -> dict[str, Any] | None:
+    """Build a spec from a recorded call; ``None`` if an argument has no JSON form."""
+    tensors: list[torch.Tensor] = []
+    enc_args = encode_value(list(args), tensors, mark_tuples=True)
+    enc_kwargs = encode_value(dict(kwargs), tensors, mark_tuples=True)
+    if enc_args is _SKIP or enc_kwargs is _SKIP:
+        return None
+    spec: dict[str, Any] = {
+        "kind": kind,
+        "type": type_name,
+        "args": enc_args,
+        "kwargs": enc_kwargs,
+        "inputs": [tensor_spec(t) for t in tensors],
+        "outputs": output_specs(output),
+    }
+    if kind == "module":
+        spec["attrs"] = attrs or {}
+    return spec
+
+
+def _rebuild_module(
+    spec: dict[str, Any], *, inplace_ok: bool, device: torch.device | str | None
+) -> torch.nn.Module:
+    cls = resolve_name(spec["type"])
+    attrs = dict(spec["attrs"])
+    if not inplace_ok and attrs.get("inplace") is True:
+        attrs["inplace"] = False
+    try:
+        params = inspect.signature(cls.__init__).parameters
+    except (TypeError, ValueError):
+        params = {}
+    ctor = {k: _as_tuples(attrs[k]) for k in params if k in attrs}
+    try:
+        # Built on the target device: initialising weights there is much faster.
+        with torch.device(device) if device is not None else contextlib.nullcontext():
+            module = cls(**ctor)
+    except TypeError as e:
+        raise SpecError(f"cannot construct {spec['type']} from its attributes: {e}") from e
+    for key, value in attrs.items():
+        if key in ctor or not hasattr(module, key):
+            continue
+        current = encode_value(getattr(module, key), tensors := [])
+        if current is not _SKIP and not tensors and current != value:
+            setattr(module, key, _as_tuples(value))
+    return module
+
+
+#: In-place functions whose out-of-place twin is used in training mode, where autograd
+#: forbids writing into a leaf that requires a gradient.
+def out_of_place_name(name: str) -> str:
+    head, _, last = name.rpartition(".")
+    if last.startswith("__i") and last.endswith("__"):
+        return f"{head}.__{last[3:]}"
+    if last.endswith("_") and not last.endswith("__"):
+        return f"{head}.{last[:-1]}"
+    return name
+
+
+def is_inplace(spec: dict[str, Any]) -> bool:
+    if spec["kind"] == "module":
+        return spec.get("attrs", {}).get("inplace") is True
+    return out_of_place_name(spec["type"]) != spec["type"]
+
+
+@dataclass
+class Rebuilt:
+    """An operation ready to run: ``fn(*tensors)`` runs it on the given inputs."""
+
+    fn: Callable[..., Any]
+    module: torch.nn.Module | None
+    args: Any
+    kwargs: Any
+
+    def __call__(self, tensors: Sequence[torch.Tensor]) -> Any:
+        device = tensors[0].device if tensors else torch.device("cpu")
+        args = decode_value(self.args, tensors, device)
+        kwargs = decode_value(self.kwargs, tensors, device)
+        return self.fn(*args, **kwargs)
+
+
+def rebuild(
+    spec: dict[str, Any], *, inplace_ok: bool = True, device: torch.device | str | None = None
+) -> Rebuilt:
+    """Construct the operation of a spec (a fresh module with random weights, or the function).
+
+    Args:
+        spec: the op's spec.
+        inplace_ok: if False (training mode), in-place variants are replaced by their
+            out-of-place twins, since autograd cannot write into a leaf input.
+        device: where a module's parameters are created.
+    """
+    if spec["kind"] == "module":
+        module = _rebuild_module(spec, inplace_ok=inplace_ok, device=device)
+        return Rebuilt(module, module, spec["args"], spec["kwargs"])
+    if spec["kind"] == "function":
+        name = spec["type"] if inplace_ok else out_of_place_name(spec["type"])
+        return Rebuilt(resolve_name(name), None, spec["args"], spec["kwargs"])
+    raise SpecError(f"unknown op kind {spec.get('kind')!r}")
+
+
+def random_inputs(
+    spec: dict[str, Any],
+    device: torch.device | str = "cpu",
+    float_dtype: torch.dtype | None = None,
+    requires_grad: bool = False,
+    generator: torch.Generator | None = None,
+) -> list[torch.Tensor]:
+    """Random tensors of the spec's input shapes (floating inputs cast to ``float_dtype``)."""
+    out = []
+    for inp in spec["inputs"]:
+        dtype = dtype_from_name(inp["dtype"])
+        if dtype.is_floating_point:
+            dtype = float_dtype or dtype
+            t = torch.randn(inp["shape"], dtype=dtype, device=device, generator=generator)
+            t.requires_grad_(requires_grad)
+        elif dtype == torch.bool:
+            t = torch.randint(0, 2, inp["shape"], device=device, generator=generator).bool()
+        else:
+            t = torch.randint(0, 2, inp["shape"], dtype=dtype, device=device, generator=generator)
+        out.append(t)
+    return out

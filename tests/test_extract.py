@@ -1,0 +1,208 @@
+"""Operation extraction, checked against counts worked out by hand from the architectures."""
+
+import json
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+import torch
+import torchvision
+
+from opcost import spec as specs
+from opcost.extract import ExtractionError, extract_model_input, unique_ops
+from opcost.names import ModelInput
+
+CONV = "torch.nn.modules.conv.Conv2d"
+BN = "torch.nn.modules.batchnorm.BatchNorm2d"
+RELU = "torch.nn.modules.activation.ReLU"
+ADD = "torch.Tensor.add_"  # `out += identity` resolves to the in-place add
+
+
+def _ops(model, shape, **kw):
+    table = extract_model_input(ModelInput(model, shape), **kw)
+    rows = []
+    for _, r in table.iterrows():
+        spec = json.loads(r["spec"])
+        rows.append((spec, int(r["count"])))
+    return table, rows
+
+
+def _count(rows, type_name, shape=None, **attrs):
+    total = 0
+    for spec, count in rows:
+        if spec["type"] != type_name:
+            continue
+        if shape is not None and spec["inputs"][0]["shape"] != list(shape):
+            continue
+        if any(spec.get("attrs", {}).get(k) != v for k, v in attrs.items()):
+            continue
+        total += count
+    return total
+
+
+@pytest.fixture(scope="module")
+def resnet18():
+    return _ops("resnet18", (1, 3, 224, 224))
+
+
+def test_resnet18_layers_by_hand(resnet18):
+    """ResNet-18 at 224x224: stem, 4 stages of 2 BasicBlocks, head (He et al. 2016)."""
+    table, rows = resnet18
+    # Stem: conv 7x7/2 -> 112x112, BN, ReLU, max-pool 3x3/2 -> 56x56.
+    assert _count(rows, CONV, (1, 3, 224, 224), kernel_size=[7, 7], stride=[2, 2]) == 1
+    assert _count(rows, BN, (1, 64, 112, 112)) == 1
+    assert _count(rows, RELU, (1, 64, 112, 112)) == 1
+    assert _count(rows, "torch.nn.modules.pooling.MaxPool2d", (1, 64, 112, 112)) == 1
+    # Stage 1: two blocks of two 3x3 convs at 64x56x56, no downsampling.
+    assert _count(rows, CONV, (1, 64, 56, 56), kernel_size=[3, 3], stride=[1, 1]) == 4
+    assert _count(rows, BN, (1, 64, 56, 56)) == 4
+    assert _count(rows, RELU, (1, 64, 56, 56)) == 4  # the block's ReLU runs twice
+    # Stages 2-4: first block downsamples (3x3/2 conv + 1x1/2 shortcut conv with its BN).
+    for c_in, c, hw in ((64, 128, 28), (128, 256, 14), (256, 512, 7)):
+        prev = (1, c_in, hw * 2, hw * 2)
+        here = (1, c, hw, hw)
+        assert _count(rows, CONV, prev, kernel_size=[3, 3], stride=[2, 2]) == 1
+        assert _count(rows, CONV, prev, kernel_size=[1, 1], stride=[2, 2]) == 1
+        assert _count(rows, CONV, here, kernel_size=[3, 3], stride=[1, 1]) == 3
+        assert _count(rows, BN, here) == 5
+        assert _count(rows, RELU, here) == 4
+    # Head.
+    assert _count(rows, "torch.nn.modules.pooling.AdaptiveAvgPool2d", (1, 512, 7, 7)) == 1
+    assert _count(rows, "torch.nn.modules.linear.Linear", (1, 512)) == 1
+    # Distinct ops: 4 stem + 4 stage-1 + 3 x 6 later stages + pool, flatten, fc.
+    assert len(table) == 4 + 4 + 18 + 3
+    # Calls: 4 + 14 + 3 x 16 + 3.
+    assert int(table["count"].sum()) == 69
+
+
+def test_resnet18_residual_additions_are_functional_ops(resnet18):
+    _, rows = resnet18
+    for c, hw in ((64, 56), (128, 28), (256, 14), (512, 7)):
+        assert _count(rows, ADD, (1, c, hw, hw)) == 2
+    assert sum(count for spec, count in rows if spec["kind"] == "function") == 8 + 1
+    assert _count(rows, "torch.flatten", (1, 512, 1, 1)) == 1
+
+
+def test_functional_ops_can_be_switched_off():
+    table, rows = _ops("resnet18", (1, 3, 224, 224), functional_ops=False)
+    assert all(spec["kind"] == "module" for spec, _ in rows)
+    assert int(table["count"].sum()) == 69 - 9
+
+
+def test_attention_is_one_operation_per_block():
+    """vit_b_16: 12 encoder blocks, each one MultiheadAttention over 197 tokens of 768."""
+    _, rows = _ops("vit_b_16", (2, 3, 224, 224))
+    mha = [(s, c) for s, c in rows if s["type"].endswith("MultiheadAttention")]
+    assert sum(c for _, c in mha) == 12
+    assert mha[0][0]["inputs"][0]["shape"] == [2, 197, 768]
+    assert mha[0][0]["attrs"]["num_heads"] == 12
+    assert mha[0][0]["kwargs"]["need_weights"] is False
+    # out_proj is a child of the attention, not an op of its own: the only Linear layers
+    # are the 2 per MLP block and the head.
+    assert _count(rows, "torch.nn.modules.linear.Linear") == 12 * 2 + 1
+
+
+def test_user_model_from_import_path():
+    table, rows = _ops("toymodels.nets:tiny_mlp", (8, 16))
+    types = Counter()
+    for spec, count in rows:
+        types[spec["type"]] += count
+    assert types["torch.nn.modules.linear.Linear"] == 2
+    assert types["toymodels.nets.Scale"] == 1
+    assert types["torch.tanh"] == 1
+    assert types["torch.Tensor.add"] == 1
+    scale = next(s for s, _ in rows if s["type"] == "toymodels.nets.Scale")
+    assert scale["attrs"]["factor"] == 0.5
+    assert table["model_input"].unique().tolist() == ["toymodels.nets.tiny_mlp_8x16"]
+
+
+@pytest.mark.parametrize(
+    ("model", "shape", "message"),
+    [
+        ("resnet_eighteen", (1, 3, 64, 64), "resnet_eighteen_1x3x64x64"),
+        ("toymodels.nets:nope", (1, 16), "toymodels.nets.nope_1x16"),
+        ("toymodels.nets:not_a_module", (1, 16), "not a torch.nn.Module"),
+        ("resnet18", (1, 3, 0, 64), "resnet18_1x3x0x64"),
+        ("resnet18", (1, 5, 64, 64), "resnet18_1x5x64x64"),
+    ],
+)
+def test_bad_model_input_names_the_set(model, shape, message):
+    with pytest.raises(ExtractionError, match=message):
+        extract_model_input(ModelInput(model, shape))
+
+
+def test_op_id_is_stable_across_processes(resnet18):
+    table, _ = resnet18
+    spec_text = table["spec"].iloc[0]
+    code = (
+        "import json,sys; from opcost.spec import op_id; print(op_id(json.loads(sys.stdin.read())))"
+    )
+    other = subprocess.run(
+        [sys.executable, "-c", code], input=spec_text, capture_output=True, text=True, check=True
+    )
+    assert other.stdout.strip() == table["op_id"].iloc[0]
+
+
+def test_op_id_golden_value():
+    """A spec's id must not change between versions: users' raw logs are named by it."""
+    spec = {
+        "kind": "module",
+        "type": "torch.nn.modules.activation.ReLU",
+        "attrs": {"inplace": False},
+        "args": [{"__tensor__": 0}],
+        "kwargs": {},
+        "inputs": [{"shape": [1, 8], "dtype": "float32", "param": False}],
+        "outputs": [{"shape": [1, 8], "dtype": "float32"}],
+    }
+    text = (
+        '{"args":[{"__tensor__":0}],"attrs":{"inplace":false},"inputs":[{"dtype":"float32",'
+        '"param":false,"shape":[1,8]}],"kind":"module","kwargs":{},"outputs":[{"dtype":'
+        '"float32","shape":[1,8]}],"type":"torch.nn.modules.activation.ReLU"}'
+    )
+    assert specs.canonical_json(spec) == text
+    import hashlib
+
+    assert specs.op_id(spec) == hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _run_rebuilt(spec, device):
+    op = specs.rebuild(spec, device=device)
+    if op.module is not None:
+        op.module.eval()
+    inputs = specs.random_inputs(spec, device=device)
+    with torch.no_grad():
+        out = op(inputs)
+    return specs.output_specs(out)
+
+
+@pytest.mark.parametrize("model", ["resnet18", "vit_b_16", "toymodels.nets:tiny_mlp"])
+def test_rebuilt_ops_run_on_cpu_with_the_recorded_output_shape(model):
+    shape = (8, 16) if ":" in model else (1, 3, 224, 224)
+    _, rows = _ops(model, shape)
+    for spec, _ in rows:
+        assert _run_rebuilt(spec, "cpu") == spec["outputs"], spec["type"]
+
+
+def test_unique_ops_merges_networks():
+    a = extract_model_input(ModelInput("resnet18", (1, 3, 64, 64)))
+    b = extract_model_input(ModelInput("resnet34", (1, 3, 64, 64)))
+    u = unique_ops([a, b])
+    assert set(u["op_id"]) == set(a["op_id"]) | set(b["op_id"])
+    assert u["op_id"].is_unique
+    # ResNet-34 has the same layer shapes as ResNet-18, only more blocks.
+    assert set(b["op_id"]) == set(a["op_id"])
+    assert (u["networks"] == "resnet18_1x3x64x64,resnet34_1x3x64x64").all()
+
+
+CLASSIFIERS = sorted(torchvision.models.list_models(module=torchvision.models))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", CLASSIFIERS)
+def test_every_torchvision_classifier_extracts_and_rebuilds(model):
+    """Extraction at (2,3,224,224); every op rebuilt from its spec alone gives its shapes."""
+    table, rows = _ops(model, (2, 3, 224, 224))
+    assert len(table) > 0
+    for spec, _ in rows:
+        assert _run_rebuilt(spec, "meta") == spec["outputs"], spec["type"]

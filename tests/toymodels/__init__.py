@@ -1,0 +1,1 @@
+"""Small user models for tests: importable as ``toymodels.module:factory``."""
