@@ -20,9 +20,11 @@ Module calls are seen through forward hooks on every submodule.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import re
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,6 +72,20 @@ def build_model(model: str) -> torch.nn.Module:
             "(see torchvision.models.list_models()) nor an import path package.module:factory"
         )
     return torchvision.models.get_model(model, weights=None)
+
+
+@contextlib.contextmanager
+def _no_weight_init() -> Iterator[None]:
+    """Make ``torch.nn.init``'s in-place initialisers no-ops (shapes stay, values don't)."""
+    names = [n for n in dir(torch.nn.init) if n.endswith("_") and not n.startswith("_")]
+    saved = {n: getattr(torch.nn.init, n) for n in names}
+    try:
+        for n in names:
+            setattr(torch.nn.init, n, lambda tensor, *args, **kwargs: tensor)
+        yield
+    finally:
+        for n, fn in saved.items():
+            setattr(torch.nn.init, n, fn)
 
 
 @dataclass
@@ -178,9 +194,15 @@ def extract_model_input(mi: ModelInput, *, functional_ops: bool = True) -> pd.Da
     if len(mi.shape) < 1 or any(int(d) <= 0 for d in mi.shape):
         raise ExtractionError(f"model-input set {mi.name}: input shape {mi.shape} is malformed")
     try:
-        # Built under the meta device, parameters are never allocated or initialised.
-        with torch.device("meta"):
-            net = build_model(mi.model)
+        try:
+            # Built under the meta device, parameters are never allocated or initialised.
+            with torch.device("meta"):
+                net = build_model(mi.model)
+        except (NotImplementedError, RuntimeError):
+            # Some builders compute with tensors (regnet's widths): build on the CPU,
+            # skipping the weight initialisation that extraction does not need.
+            with _no_weight_init():
+                net = build_model(mi.model)
     except ValueError as e:
         raise ExtractionError(f"model-input set {mi.name}: {e}") from e
     try:

@@ -1,0 +1,24 @@
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+validate(config, "workflow/schemas/config.schema.yaml")
+
+
+report: "workflow/report/workflow.rst"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/extract.smk"
+include: "workflow/rules/profile.smk"
+include: "workflow/rules/evaluate.smk"
+
+
+rule all:
+    input:
+        get_final_outputs,
+    default_target: True

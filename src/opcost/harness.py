@@ -1,0 +1,282 @@
+"""The measurement harness: time one operation (or a whole network) in one mode.
+
+Algorithm (thesis 3.2):
+
+1. Build a *block* of instances of the operation with random weights, and one random
+   input created once. The timed loop cycles through the block, so weights are neither
+   always in cache nor always cold. Automatic block size: enough instances that their
+   parameters exceed the L2 cache (``ceil(L2 / param_bytes) + 1``), at most
+   ``max_block_size``; one instance for operations without parameters, whose instances
+   would all be the same.
+2. Inference: modules in ``eval()``, calls inside ``torch.inference_mode()``. Training:
+   modules in ``train()``, forward plus backward against a preinitialised random gradient
+   of the output's shape; parameter gradients are kept (they accumulate, as over a
+   training step), input gradients are reset every iteration (thesis 3.2.2).
+3. Warm-up for ``warmup_s`` (at least 3 iterations). The warm-up gives the time per
+   iteration, which sets ``number_per_run`` so that one timed block lasts about
+   ``min_run_time_s / 20``.
+4. Timed region: blocks of ``number_per_run`` iterations, each timed like
+   ``torch.utils.benchmark.Timer`` times (``perf_counter`` after a CUDA synchronise),
+   until the blocks add up to at least ``min_run_time_s``. This is
+   ``Timer.blocked_autorange`` with its calibration moved into the warm-up and without the
+   untimed warm-up runs that ``Timer.timeit`` adds before every block, so that the
+   wall-clock window of the timed region (which cuts the power log and brackets the
+   energy counter) holds timed work only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from opcost import spec as specs
+
+#: L2 size assumed for the block size where the device does not report one (CPU), bytes.
+DEFAULT_CACHE_BYTES = 32 * 2**20
+#: Timed blocks per measurement the loop aims for (more blocks, a better sigma).
+TARGET_BLOCKS = 20
+MIN_WARMUP_ITERATIONS = 3
+
+
+class OpCannotRun(RuntimeError):
+    """The operation cannot run here (out of memory, unsupported): recorded as failed."""
+
+
+@dataclass(frozen=True)
+class HarnessOptions:
+    """How to measure. Units in the names; ``block_size`` 0 means automatic."""
+
+    mode: str = "inference"
+    device: str = "cpu"
+    dtype: str = "float32"
+    tf32: bool = True
+    min_run_time_s: float = 1.0
+    warmup_s: float = 0.2
+    block_size: int = 0
+    max_block_size: int = 64
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Raw result of one measurement: the blocks' durations and the timed window."""
+
+    block_size: int
+    warmup_iterations: int
+    number_per_run: int
+    block_times_s: tuple[float, ...]
+    timed_start_unix_s: float
+    timed_end_unix_s: float
+    energy_counter_start_mj: int | None = None
+    energy_counter_end_mj: int | None = None
+    peak_memory_bytes: int | None = None
+    backward: bool = False
+    inplace_substituted: bool = False
+
+    @property
+    def iterations(self) -> int:
+        return len(self.block_times_s) * self.number_per_run
+
+    @property
+    def total_time_s(self) -> float:
+        return math.fsum(self.block_times_s)
+
+    @property
+    def sigma_total_time_s(self) -> float:
+        """sigma of t_tot: N times the sample std of the per-iteration time over blocks."""
+        if len(self.block_times_s) < 2:
+            return 0.0
+        per_iter = [b / self.number_per_run for b in self.block_times_s]
+        return self.iterations * statistics.stdev(per_iter)
+
+
+@dataclass
+class Workload:
+    """One iteration of the measured work, cycling through a block of instances."""
+
+    step: Callable[[], None]
+    block_size: int
+    backward: bool
+    inplace_substituted: bool
+    context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+    keep: list[Any] = field(default_factory=list)  # objects that must outlive the loop
+
+
+def auto_block_size(param_bytes: int, cache_bytes: int, max_block_size: int) -> int:
+    """Instances needed for the block's parameters to exceed the cache."""
+    if param_bytes <= 0:
+        return 1
+    return max(1, min(max_block_size, cache_bytes // param_bytes + 1))
+
+
+def cache_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        size = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)
+        return int(size) or DEFAULT_CACHE_BYTES
+    return DEFAULT_CACHE_BYTES
+
+
+def configure_numerics(opts: HarnessOptions) -> None:
+    """TF32 for float32 matmul and cuDNN convolutions, as the GPU configuration says."""
+    torch.backends.cuda.matmul.allow_tf32 = opts.tf32
+    torch.backends.cudnn.allow_tf32 = opts.tf32
+
+
+def _output_tensors(out: Any) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, list | tuple):
+        return [t for item in out for t in _output_tensors(item)]
+    if isinstance(out, dict):
+        return [t for item in out.values() for t in _output_tensors(item)]
+    return []
+
+
+def _make_step(
+    calls: list[Callable[[], Any]],
+    inputs: list[torch.Tensor],
+    training: bool,
+) -> tuple[Callable[[], None], bool]:
+    """The per-iteration function; in training, with a backward pass if there is one."""
+    counter = [0]
+    n = len(calls)
+    if not training:
+
+        def step() -> None:
+            i = counter[0]
+            counter[0] = i + 1 if i + 1 < n else 0
+            calls[i]()
+
+        return step, False
+    # One call to learn which outputs carry a gradient, and to shape the random gradients.
+    outs = [t for t in _output_tensors(calls[0]()) if t.requires_grad]
+    grads = [torch.randn_like(t) for t in outs]
+    for t in inputs:
+        t.grad = None
+    if not outs:
+
+        def step_forward_only() -> None:
+            i = counter[0]
+            counter[0] = i + 1 if i + 1 < n else 0
+            calls[i]()
+
+        return step_forward_only, False
+
+    def step_train() -> None:
+        i = counter[0]
+        counter[0] = i + 1 if i + 1 < n else 0
+        out = [t for t in _output_tensors(calls[i]()) if t.requires_grad]
+        torch.autograd.backward(out, grads)
+        for t in inputs:
+            t.grad = None
+
+    return step_train, True
+
+
+def prepare_op(spec: dict[str, Any], opts: HarnessOptions) -> Workload:
+    """A workload for one operation rebuilt from its spec."""
+    device = torch.device(opts.device)
+    dtype = specs.dtype_from_name(opts.dtype)
+    training = opts.mode == "training"
+    inplace_sub = training and specs.is_inplace(spec)
+    try:
+        first = specs.rebuild(spec, inplace_ok=not training, device=device)
+    except specs.SpecError as e:
+        raise OpCannotRun(f"cannot rebuild {spec['type']}: {e}") from e
+    rebuilt = [first]
+    if first.module is not None:
+        first.module.to(device=device, dtype=dtype)
+        param_bytes = sum(p.numel() * p.element_size() for p in first.module.parameters())
+        size = opts.block_size or auto_block_size(
+            param_bytes, cache_bytes(device), opts.max_block_size
+        )
+        for _ in range(size - 1):
+            other = specs.rebuild(spec, inplace_ok=not training, device=device)
+            other.module.to(device=device, dtype=dtype)
+            rebuilt.append(other)
+        for r in rebuilt:
+            r.module.train(training)
+    inputs = specs.random_inputs(spec, device, dtype, requires_grad=training)
+    # Parameters used by functional ops (ViT's pos_embedding) are inputs here.
+    calls = [(lambda r=r: r(inputs)) for r in rebuilt]
+    context = contextlib.nullcontext if training else torch.inference_mode
+    with context():
+        step, backward = _make_step(calls, inputs, training)
+    return Workload(step, len(rebuilt), backward, inplace_sub, context, keep=[rebuilt, inputs])
+
+
+def prepare_network(net: torch.nn.Module, shape: tuple[int, ...], opts: HarnessOptions) -> Workload:
+    """A workload for a whole network, measured as one large operation (block of one)."""
+    device = torch.device(opts.device)
+    dtype = specs.dtype_from_name(opts.dtype)
+    training = opts.mode == "training"
+    net = net.to(device=device, dtype=dtype).train(training)
+    x = torch.randn(shape, device=device, dtype=dtype, requires_grad=training)
+    context = contextlib.nullcontext if training else torch.inference_mode
+    with context():
+        step, backward = _make_step([lambda: net(x)], [x], training)
+    return Workload(step, 1, backward, False, context, keep=[net, x])
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure(
+    workload: Workload,
+    opts: HarnessOptions,
+    read_energy_mj: Callable[[], int | None] = lambda: None,
+) -> Timing:
+    """Warm up, then time blocks until ``min_run_time_s``; see the module docstring."""
+    device = torch.device(opts.device)
+    step = workload.step
+    with workload.context():
+        _sync(device)
+        warm = 0
+        start = time.perf_counter()
+        while warm < MIN_WARMUP_ITERATIONS or time.perf_counter() - start < opts.warmup_s:
+            step()
+            warm += 1
+            if warm >= MIN_WARMUP_ITERATIONS:
+                _sync(device)
+        _sync(device)
+        per_iter_s = max((time.perf_counter() - start) / warm, 1e-9)
+        target_block_s = opts.min_run_time_s / TARGET_BLOCKS
+        number = max(1, round(target_block_s / per_iter_s))
+        blocks: list[float] = []
+        iterations = range(number)
+        energy_start = read_energy_mj()
+        t_start = time.time()
+        while math.fsum(blocks) < opts.min_run_time_s:
+            b0 = time.perf_counter()
+            for _ in iterations:
+                step()
+            _sync(device)
+            blocks.append(time.perf_counter() - b0)
+        t_end = time.time()
+        energy_end = read_energy_mj()
+    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+    return Timing(
+        block_size=workload.block_size,
+        warmup_iterations=warm,
+        number_per_run=number,
+        block_times_s=tuple(blocks),
+        timed_start_unix_s=t_start,
+        timed_end_unix_s=t_end,
+        energy_counter_start_mj=energy_start,
+        energy_counter_end_mj=energy_end,
+        peak_memory_bytes=peak,
+        backward=workload.backward,
+        inplace_substituted=workload.inplace_substituted,
+    )
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    return isinstance(error, torch.OutOfMemoryError) or "out of memory" in str(error).lower()

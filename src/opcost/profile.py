@@ -1,0 +1,263 @@
+"""One profiling job: measure one operation or one network, write the raw CSV and JSON.
+
+A job (thesis 3.2-3.3):
+
+1. applies the GPU setting (locked SM clock or power limit) through the privileged
+   script, and always restores the card afterwards (:mod:`opcost.gpu_setting`);
+2. starts ``nvidia-smi`` logging power of *this job's* GPU, identified by UUID, before
+   the warm-up (:mod:`opcost.nvsmi`);
+3. measures with the harness (:mod:`opcost.harness`), reading NVML's energy counter at the
+   start and end of the timed region (:mod:`opcost.nvml`);
+4. stops the log and writes the CSV (untouched nvidia-smi output) and the benchmark JSON
+   (``docs/formats.md``), each under a temporary name renamed into place, the JSON last,
+   so an interrupted job leaves nothing that looks complete.
+
+An operation that runs out of memory or cannot be built or run here is recorded with
+``status: failed`` and its reason; the job still succeeds. Any other error fails the job.
+On the CPU (``device: cpu``, or ``auto`` without a GPU) only time is measured.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import gc
+import json
+import os
+import platform
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from opcost import harness
+from opcost.config import GpuConfig
+from opcost.names import ModelInput, Setting
+
+SCHEMA_VERSION = 1
+POWER_FIELDS = (
+    "timestamp",
+    "power.draw",
+    "power.draw.instant",
+    "clocks.sm",
+    "clocks.mem",
+    "temperature.gpu",
+    "utilization.gpu",
+    "power.limit",
+)
+
+
+class ProfileError(RuntimeError):
+    """A profiling job cannot run as configured."""
+
+
+def resolve_device(requested: str) -> str:
+    """``auto`` is the local CUDA GPU if there is one, else the CPU."""
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise ProfileError(
+            "device: cuda, but torch sees no CUDA GPU here; set the GPU configuration's "
+            "device to cpu (time only) or auto, or run on a GPU node"
+        )
+    return requested
+
+
+def options_for(
+    gpu: GpuConfig, mode: str, profile_config: dict[str, Any]
+) -> harness.HarnessOptions:
+    return harness.HarnessOptions(
+        mode=mode,
+        device=resolve_device(gpu.device),
+        dtype=gpu.dtype,
+        tf32=gpu.tf32,
+        min_run_time_s=float(profile_config.get("min_run_time_s", 1.0)),
+        warmup_s=float(profile_config.get("warmup_s", 0.2)),
+        block_size=int(profile_config.get("block_size", 0)),
+        max_block_size=int(profile_config.get("max_block_size", 64)),
+    )
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write under a temporary name in the same directory, then rename into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _provenance(device: str) -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "torch_version": torch.__version__,
+        "cuda_version": torch.version.cuda,
+        "host": socket.gethostname(),
+        "python_version": platform.python_version(),
+        "gpu_name": None,
+        "gpu_uuid": None,
+        "driver_version": None,
+    }
+    if device == "cuda":
+        info["gpu_name"] = torch.cuda.get_device_name()
+    return info
+
+
+@functools.cache
+def _gpu_facts(uuid: str) -> tuple[Any, tuple[str, ...]]:
+    """Name, driver, limits and loggable fields of a GPU: asked once per process."""
+    from opcost import nvsmi
+
+    return nvsmi.gpu_info(uuid), tuple(nvsmi.supported_fields(uuid, POWER_FIELDS))
+
+
+@contextlib.contextmanager
+def _power_log(
+    csv_path: Path, device: str, setting: Setting, profile_config: dict[str, Any], record: dict
+) -> Iterator[Any]:
+    """Setting applied, nvidia-smi logging to a temporary file, the energy counter open."""
+    tmp_csv = csv_path.with_name(f".{csv_path.name}.tmp-{os.getpid()}")
+    if device != "cuda":
+        record.update(power_available=False, power_fields=[])
+        tmp_csv.parent.mkdir(parents=True, exist_ok=True)
+        tmp_csv.write_text(f"# no power log: device is {device}, time only\n")
+        yield lambda: None
+        os.replace(tmp_csv, csv_path)
+        return
+    from opcost import gpu_setting, nvml, nvsmi
+
+    uuid = nvml.cuda_device_uuid(torch.cuda.current_device())
+    info, fields = _gpu_facts(uuid)
+    counter = nvml.EnergyCounter(uuid)
+    record.update(
+        gpu_uuid=uuid,
+        gpu_name=info.name,
+        driver_version=info.driver_version,
+        power_available=True,
+        power_fields=list(fields),
+        power_interval_ms=int(profile_config.get("power_interval_ms", 20)),
+        power_limit_default_w=info.power_default_limit_w,
+    )
+    command = tuple(profile_config.get("setting_command", ("opcost-gpu-setting",)))
+    try:
+        with (
+            gpu_setting.applied_setting(setting, uuid, command),
+            nvsmi.PowerLogger(tmp_csv, uuid, fields, record["power_interval_ms"]),
+        ):
+            yield counter.read_mj
+    except BaseException:
+        tmp_csv.unlink(missing_ok=True)
+        raise
+    os.replace(tmp_csv, csv_path)
+
+
+def profile_job(
+    *,
+    kind: str,
+    gpu: GpuConfig,
+    setting: Setting,
+    mode: str,
+    profile_config: dict[str, Any],
+    csv_path: str | Path,
+    json_path: str | Path,
+    spec: dict[str, Any] | None = None,
+    model_input: ModelInput | None = None,
+    op_id: str | None = None,
+) -> dict[str, Any]:
+    """Measure one op (``kind="op"``, with ``spec``) or network (``kind="network"``).
+
+    Returns the record written to ``json_path``.
+    """
+    csv_path, json_path = Path(csv_path), Path(json_path)
+    opts = options_for(gpu, mode, profile_config)
+    record: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "status": "ok",
+        "failure_reason": None,
+        "kind": kind,
+        "op_id": op_id,
+        "model_input": model_input.name if model_input else None,
+        "spec": spec,
+        "mode": mode,
+        "gpu": gpu.name,
+        "setting": setting.name,
+        "requested_sm_clock_mhz": setting.sm_clock_mhz,
+        "requested_power_limit_w": setting.power_limit_w,
+        "device": opts.device,
+        "dtype": opts.dtype,
+        "tf32": opts.tf32,
+        "min_run_time_s": opts.min_run_time_s,
+        "warmup_s": opts.warmup_s,
+        "utc_offset_s": time.localtime().tm_gmtoff,
+        "started_unix_s": time.time(),
+        **_provenance(opts.device),
+    }
+    if opts.device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    harness.configure_numerics(opts)
+    workload = None
+    try:
+        with _power_log(csv_path, opts.device, setting, profile_config, record) as read_mj:
+            try:
+                if kind == "op":
+                    workload = harness.prepare_op(spec, opts)
+                else:
+                    from opcost.extract import build_model
+
+                    net = build_model(model_input.model)
+                    workload = harness.prepare_network(net, model_input.shape, opts)
+                timing = harness.measure(workload, opts, read_mj)
+            except harness.OpCannotRun as e:
+                record.update(status="failed", failure_reason=str(e))
+            except (RuntimeError, ValueError, NotImplementedError) as e:
+                if not _op_cannot_run(e):
+                    raise
+                record.update(status="failed", failure_reason=f"{type(e).__name__}: {e}"[:2000])
+            else:
+                record.update(_timing_fields(timing))
+    finally:
+        del workload
+        gc.collect()
+        if opts.device == "cuda":
+            torch.cuda.empty_cache()
+    record["finished_unix_s"] = time.time()
+    write_atomic(json_path, json.dumps(record, indent=1, sort_keys=True) + "\n")
+    return record
+
+
+def _op_cannot_run(error: BaseException) -> bool:
+    """Whether an error raised while building or running the op means the op cannot run here.
+
+    Out of memory, and the errors torch raises for an op that does not support this
+    input, device or dtype (e.g. batch norm in training on one value per channel) are
+    recorded as a failed measurement. The project's own errors (nvidia-smi, NVML, GPU
+    setting) are not: they fail the job.
+    """
+    if type(error).__module__.startswith("opcost"):
+        return False
+    return harness.is_out_of_memory(error) or isinstance(
+        error, RuntimeError | ValueError | NotImplementedError
+    )
+
+
+def _timing_fields(t: harness.Timing) -> dict[str, Any]:
+    return {
+        "block_size": t.block_size,
+        "warmup_iterations": t.warmup_iterations,
+        "number_per_run": t.number_per_run,
+        "block_times_s": list(t.block_times_s),
+        "iterations": t.iterations,
+        "total_time_s": t.total_time_s,
+        "sigma_total_time_s": t.sigma_total_time_s,
+        "timed_start_unix_s": t.timed_start_unix_s,
+        "timed_end_unix_s": t.timed_end_unix_s,
+        "energy_counter_start_mj": t.energy_counter_start_mj,
+        "energy_counter_end_mj": t.energy_counter_end_mj,
+        "peak_memory_bytes": t.peak_memory_bytes,
+        "backward": t.backward,
+        "inplace_substituted": t.inplace_substituted,
+    }

@@ -1,0 +1,99 @@
+"""What the Snakemake rules need from the package: file lists and the profiling job entry.
+
+The rules stay thin; the logic that decides which files a stage needs lives here, where
+pytest reaches it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from opcost.config import Study
+from opcost.names import parse_setting
+
+MEASUREMENT_PARAMS = (
+    "min_run_time_s",
+    "warmup_s",
+    "block_size",
+    "max_block_size",
+    "power_interval_ms",
+)
+
+
+@cache
+def _unique_ops(path: str, mtime_ns: int) -> pd.DataFrame:
+    return pd.read_parquet(path, columns=["op_id", "spec"]).set_index("op_id")
+
+
+def unique_ops(path: str | Path) -> pd.DataFrame:
+    """``results/ops/unique.parquet``, read once per version of the file."""
+    path = str(path)
+    return _unique_ops(path, Path(path).stat().st_mtime_ns)
+
+
+def op_spec(unique_path: str | Path, op_id: str) -> str:
+    """The canonical JSON spec of one op."""
+    return str(unique_ops(unique_path).loc[op_id, "spec"])
+
+
+def raw_prefixes(study: Study, gpu: str, op_ids: list[str]) -> list[str]:
+    """Every raw measurement of one GPU configuration, as path prefixes (add .json/.csv)."""
+    out = []
+    for setting in study.gpus[gpu].settings:
+        for mode in study.modes:
+            base = f"results/raw/{gpu}/{setting.name}/{mode}"
+            out += [f"{base}/ops/{oid}" for oid in op_ids]
+            out += [f"{base}/networks/{mi.name}" for mi in study.model_inputs]
+    return out
+
+
+def gpu_params(study: Study, gpu: str) -> dict[str, Any]:
+    """The GPU configuration's fields that change a measurement (rerun when they change)."""
+    g = study.gpus[gpu]
+    return {"device": g.device, "tf32": g.tf32, "dtype": g.dtype}
+
+
+def measurement_params(study: Study) -> dict[str, Any]:
+    """The profiling settings that change a measurement (rerun when they change)."""
+    return {k: study.config["profile"][k] for k in MEASUREMENT_PARAMS}
+
+
+def run_profile(
+    study: Study,
+    wildcards: Any,
+    output: Any,
+    log: Any,
+    *,
+    kind: str,
+    spec_json: str | None = None,
+) -> None:
+    """Entry point of the profiling rules' ``run:`` blocks."""
+    from opcost.profile import profile_job
+
+    started = time.time()
+    gpu = study.gpus[wildcards.gpu]
+    record = profile_job(
+        kind=kind,
+        gpu=gpu,
+        setting=parse_setting(wildcards.setting),
+        mode=wildcards.mode,
+        profile_config=study.config["profile"],
+        csv_path=output.csv,
+        json_path=output.json,
+        spec=json.loads(spec_json) if spec_json else None,
+        op_id=getattr(wildcards, "op_id", None),
+        model_input=study.model_input(wildcards.model_input) if kind == "network" else None,
+    )
+    summary = {
+        k: record.get(k)
+        for k in ("status", "failure_reason", "device", "iterations", "total_time_s", "block_size")
+    }
+    summary["job_wall_s"] = round(time.time() - started, 3)
+    Path(log[0]).parent.mkdir(parents=True, exist_ok=True)
+    Path(log[0]).write_text(json.dumps(summary) + "\n")

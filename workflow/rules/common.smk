@@ -1,0 +1,46 @@
+from opcost.config import load_study
+from opcost.names import MODEL_INPUT_PATTERN, MODE_PATTERN, NAME_PATTERN, OP_ID_PATTERN, SETTING_PATTERN
+from opcost import workflow as wf
+
+# Schema checks ran in the Snakefile; this adds the checks of meaning (model names,
+# shapes, settings, safe names) so a bad config fails before any job starts.
+STUDY = load_study(config)
+MODEL_INPUTS = {mi.name: mi for mi in STUDY.model_inputs}
+
+
+wildcard_constraints:
+    gpu=NAME_PATTERN,
+    setting=SETTING_PATTERN,
+    mode=MODE_PATTERN,
+    op_id=OP_ID_PATTERN,
+    model_input=MODEL_INPUT_PATTERN,
+
+
+def get_unique_ops_path():
+    return checkpoints.unique_ops.get().output.unique
+
+
+def get_op_spec(wildcards):
+    return wf.op_spec(get_unique_ops_path(), wildcards.op_id)
+
+
+def get_raw_prefixes(wildcards):
+    op_ids = list(wf.unique_ops(get_unique_ops_path()).index)
+    return wf.raw_prefixes(STUDY, wildcards.gpu, op_ids)
+
+
+def get_raw_jsons(wildcards):
+    return [f"{p}.json" for p in get_raw_prefixes(wildcards)]
+
+
+def get_raw_csvs(wildcards):
+    return [f"{p}.csv" for p in get_raw_prefixes(wildcards)]
+
+
+def get_slurm_gpu_model(wildcards):
+    # An empty string makes the SLURM plugin ask for any GPU (--gpus=1).
+    return STUDY.gpus[wildcards.gpu].slurm_gpu_model or ""
+
+
+def get_final_outputs(wildcards):
+    return expand("results/dataset/{gpu}.parquet", gpu=STUDY.gpus)

@@ -1,0 +1,13 @@
+rule evaluate:
+    input:
+        json=get_raw_jsons,
+        csv=get_raw_csvs,
+    output:
+        dataset="results/dataset/{gpu}.parquet",
+        failed="results/dataset/{gpu}.failed.parquet",
+    params:
+        min_power_updates=config["evaluate"]["min_power_updates"],
+    log:
+        "logs/evaluate/{gpu}.log",
+    script:
+        "../scripts/evaluate.py"
