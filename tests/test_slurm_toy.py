@@ -1,0 +1,151 @@
+"""Run a toy workflow through a real SLURM cluster with the users' SLURM profile.
+
+Needs a running controller (``.ci/slurm-up.sh`` starts a single-node one). Skipped when
+there is none, unless ``OPCOST_REQUIRE_SLURM=1``, which turns the skip into a failure
+(for CI, where a missing cluster is a broken setup, not an optional extra).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+TOY_SNAKEFILE = REPO_ROOT / "tests" / "slurm" / "toy" / "Snakefile"
+# The whole run takes about a minute here; far longer means jobs hang in the queue.
+RUN_TIMEOUT_S = 240
+
+
+def _load_helpers():
+    # Loaded by path: tests/ is not a package, and this keeps the import independent
+    # of pytest's import mode.
+    path = REPO_ROOT / "tests" / "slurm" / "conftest_helpers.py"
+    spec = importlib.util.spec_from_file_location("opcost_slurm_test_helpers", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+helpers = _load_helpers()
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster() -> None:
+    """Skip (or fail, with OPCOST_REQUIRE_SLURM=1) unless a SLURM controller answers."""
+    up, reason = helpers.slurm_controller_up()
+    if not up:
+        if os.environ.get("OPCOST_REQUIRE_SLURM") == "1":
+            pytest.fail(f"OPCOST_REQUIRE_SLURM=1 but no SLURM cluster: {reason}")
+        pytest.skip(reason)
+
+
+def _scontrol_job(job_id: str) -> dict[str, str]:
+    """Return ``scontrol show job`` fields of a job (kept visible for MinJobAge)."""
+    out = subprocess.run(
+        ["scontrol", "show", "job", "-o", job_id],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return dict(re.findall(r"(\S+?)=(\S*)", out))
+
+
+def _read(workdir: Path, name: str) -> dict:
+    return json.loads((workdir / name).read_text())
+
+
+def test_merge_profile_replaces_deletes_and_recurses() -> None:
+    base = {"a": 1, "d": {"x": 1, "y": 2}, "keep": [1, 2]}
+    overrides = {"a": None, "d": {"y": 3, "z": 4}, "keep": [9], "new": "v"}
+    merged = helpers.merge_profile(base, overrides)
+    assert merged == {"d": {"x": 1, "y": 3, "z": 4}, "keep": [9], "new": "v"}
+    assert base == {"a": 1, "d": {"x": 1, "y": 2}, "keep": [1, 2]}
+
+
+def test_test_profile_keeps_users_settings(tmp_path: Path) -> None:
+    merged = yaml.safe_load((helpers.make_test_profile(tmp_path) / "config.yaml").read_text())
+    assert merged["executor"] == "slurm"
+    assert merged["default-resources"]["runtime"] == "30 * attempt"
+    assert merged["default-resources"]["slurm_partition"] == "'debug'"
+    assert "slurm_account" not in merged["default-resources"]
+    assert merged["set-resources"]["profile_op"]["gpu"] == 1
+    assert merged["slurm-status-command"] == "squeue"
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+@pytest.mark.usefixtures("slurm_cluster")
+def test_toy_workflow_runs_through_slurm(tmp_path: Path) -> None:
+    profile = helpers.make_test_profile(tmp_path)
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--profile",
+        str(profile),
+        "--directory",
+        str(workdir),
+        "-s",
+        str(TOY_SNAKEFILE),
+    ]
+    start_s = time.monotonic()
+    # Run from the repository root, as users do: Snakemake then also applies the
+    # workflow profile profiles/default on top of --profile, as it will for them.
+    proc = subprocess.run(
+        cmd,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        check=False,
+    )
+    elapsed_s = time.monotonic() - start_s
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"snakemake failed after {elapsed_s:.0f} s:\n{log[-6000:]}"
+
+    gpu_job = _read(workdir, "gpu_job.json")
+    op1 = _read(workdir, "ops/1.json")
+    op2 = _read(workdir, "ops/2.json")
+    flaky = _read(workdir, "flaky.json")
+
+    # Every job ran inside a SLURM job, each in a job step (srun) of its own.
+    for rec in (gpu_job, op1, op2, flaky):
+        assert rec["slurm_job_id"], rec
+        assert rec["slurm_step_id"] is not None, rec
+
+    # gpu=1 without a gpu_model reached SLURM as a plain GPU request.
+    assert gpu_job["resources"]["gpu"] == 1
+    assert "gpu_model" not in gpu_job["resources"]
+    assert _scontrol_job(gpu_job["slurm_job_id"])["TresPerJob"] == "gres:gpu:1"
+
+    # The two grouped profile_op jobs shared one SLURM job (group-components), each in
+    # its own Snakemake process, and the group asked for one GPU, not two, and for the
+    # sum of the two members' runtimes (2 x 5 min on attempt 1).
+    assert op1["slurm_job_id"] == op2["slurm_job_id"]
+    assert op1["pid"] != op2["pid"]
+    assert op1["resources"]["gpu"] == 1
+    group_job = _scontrol_job(op1["slurm_job_id"])
+    assert group_job["TresPerJob"] == "gres:gpu:1"
+    assert group_job["TimeLimit"] == "00:10:00"
+    # Inside the allocation, each member runs with --force-use-threads: its run: block
+    # runs in a thread of that one process rather than in yet another python.
+    assert "--force-use-threads" in op1["cmdline"]
+
+    # flaky failed once, and its retry was a new SLURM job with the runtime the profile's
+    # "30 * attempt" gives attempt 2 (minutes).
+    assert flaky["first_runtime"] == 30
+    assert flaky["runtime"] == 60
+    assert flaky["first_slurm_job_id"] != flaky["slurm_job_id"]
+    assert _scontrol_job(flaky["first_slurm_job_id"])["TimeLimit"] == "00:30:00"
+    assert _scontrol_job(flaky["slurm_job_id"])["TimeLimit"] == "01:00:00"
