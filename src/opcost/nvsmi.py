@@ -333,10 +333,14 @@ class PowerLogger:
 
         nvidia-smi --query-gpu=<fields> --format=csv,nounits -lms <interval_ms> -i <gpu> -f <path>
 
-    and waits (at most ``start_timeout_s``) until the file holds the header and one data
-    line, so that the measurement that follows is covered from its first moment. On exit it
-    stops the logger (SIGTERM, then SIGKILL after ``stop_timeout_s``). The CSV is
-    ``nvidia-smi``'s own output, never edited here (see docs/formats.md).
+    and watches it for ``start_grace_s``: a logger that cannot start (no such GPU, an
+    invalid field, a lost driver) exits within that time, and the error says why. It cannot
+    wait for the first line instead: with ``-f`` nvidia-smi buffers its output in 4 KiB
+    blocks (H100, driver 580, 2026-11-22: the file stayed empty for 2.5 s of 20 ms polling
+    and received all 129 lines when nvidia-smi was stopped). On exit it stops the logger
+    (SIGTERM, then SIGKILL after ``stop_timeout_s``), which writes out the buffer, and checks
+    that the file holds the header and at least one sample. The CSV is ``nvidia-smi``'s own
+    output, never edited here (see docs/formats.md).
 
     A process killed outright (SIGKILL, or SIGTERM with no handler that unwinds) cannot stop
     its logger, which then appends to the file until it is killed. Under SLURM the job's
@@ -345,11 +349,11 @@ class PowerLogger:
     (``PR_SET_PDEATHSIG`` would need ``preexec_fn``, which can deadlock a threaded process.)
 
     Raises (on entry):
-        NvidiaSmiError: ``nvidia-smi`` is missing, exited early (its exit code and stderr are
-            in the message), or wrote no header plus data line in time.
+        NvidiaSmiError: ``nvidia-smi`` is missing, or exited within the grace time (its
+            exit code and stderr are in the message).
     Raises (on exit):
         NvidiaSmiError: ``nvidia-smi`` had died before it was stopped, so the log ended
-            before the measurement did.
+            before the measurement did, or it wrote no header and sample at all.
     """
 
     def __init__(
@@ -359,7 +363,7 @@ class PowerLogger:
         fields: Sequence[str],
         interval_ms: int = 20,
         *,
-        start_timeout_s: float = 5.0,
+        start_grace_s: float = 0.25,
         stop_timeout_s: float = 2.0,
     ) -> None:
         self.path = Path(path)
@@ -368,7 +372,7 @@ class PowerLogger:
         if not isinstance(interval_ms, int) or isinstance(interval_ms, bool) or interval_ms < 1:
             raise NvidiaSmiError(f"interval_ms must be a positive integer, not {interval_ms!r}")
         self.interval_ms = interval_ms
-        self.start_timeout_s = start_timeout_s
+        self.start_grace_s = start_grace_s
         self.stop_timeout_s = stop_timeout_s
         self.returncode: int | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -389,7 +393,7 @@ class PowerLogger:
         ]
 
     def start(self) -> None:
-        """Start logging and wait until the first data line is in the file."""
+        """Start logging; raise if nvidia-smi exits within the grace time."""
         if self._proc is not None:
             raise NvidiaSmiError(f"the power logger for {self.path} is already running")
         smi = nvidia_smi_path()
@@ -410,28 +414,17 @@ class PowerLogger:
             self._close_stderr()
             raise NvidiaSmiError(_MISSING_MESSAGE) from e
         try:
-            self._wait_for_data()
+            self._watch_start()
         except BaseException:
             self._terminate()
             self._close_stderr()
             self._proc = None
             raise
 
-    def _wait_for_data(self) -> None:
+    def _watch_start(self) -> None:
         assert self._proc is not None
-        deadline = time.monotonic() + self.start_timeout_s
-        while True:
-            text = self._read_start()
-            lines = text.split("\n")
-            # Two complete lines: the header and one sample.
-            if len(lines) >= 3:
-                n_columns = len(next(csv.reader([lines[0]], skipinitialspace=True)))
-                if n_columns != len(self.fields):
-                    raise NvidiaSmiError(
-                        f"{self.path}: nvidia-smi wrote the header {lines[0]!r} with "
-                        f"{n_columns} columns for {len(self.fields)} fields {self.fields}"
-                    )
-                return
+        deadline = time.monotonic() + self.start_grace_s
+        while time.monotonic() < deadline:
             code = self._proc.poll()
             if code is not None:
                 raise NvidiaSmiError(
@@ -439,14 +432,23 @@ class PowerLogger:
                     f"{self._stderr_text() or '(no message)'}; command: "
                     f"{' '.join(self._proc.args)}"  # type: ignore[arg-type]
                 )
-            if time.monotonic() > deadline:
-                found = f"has only {text[:200]!r}" if text else "is empty"
-                raise NvidiaSmiError(
-                    f"nvidia-smi wrote no header and data line to {self.path} within "
-                    f"{self.start_timeout_s:g} s (the file {found}); the driver may be hung: "
-                    f"run `nvidia-smi` by hand"
-                )
             time.sleep(0.01)
+
+    def _check_written(self) -> None:
+        """The stopped logger's file must hold its header and at least one sample."""
+        lines = self._read_start().split("\n")
+        if len(lines) < 3:
+            found = f"holds only {lines[0][:200]!r}" if lines[0] else "is empty"
+            raise NvidiaSmiError(
+                f"nvidia-smi wrote no power sample to {self.path} (the file {found}); "
+                f"the driver may be hung: run `nvidia-smi` by hand"
+            )
+        n_columns = len(next(csv.reader([lines[0]], skipinitialspace=True)))
+        if n_columns != len(self.fields):
+            raise NvidiaSmiError(
+                f"{self.path}: nvidia-smi wrote the header {lines[0]!r} with "
+                f"{n_columns} columns for {len(self.fields)} fields {self.fields}"
+            )
 
     def _read_start(self) -> str:
         try:
@@ -502,6 +504,7 @@ class PowerLogger:
                 f"before the measurement ended: {message or '(no message)'}; the log is "
                 f"incomplete, rerun the job"
             )
+        self._check_written()
 
     def __enter__(self) -> PowerLogger:
         self.start()
