@@ -1,0 +1,312 @@
+"""The measurement harness and the profiling job, on the CPU."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from opcost import harness, profile
+from opcost.config import GpuConfig
+from opcost.extract import extract_model_input
+from opcost.names import ModelInput, parse_setting
+
+CONV_SPEC = {
+    "kind": "module",
+    "type": "torch.nn.modules.conv.Conv2d",
+    "attrs": {
+        "in_channels": 8,
+        "out_channels": 8,
+        "kernel_size": [3, 3],
+        "stride": [1, 1],
+        "padding": [1, 1],
+        "dilation": [1, 1],
+        "groups": 1,
+        "bias": True,
+        "padding_mode": "zeros",
+    },
+    "args": [{"__tensor__": 0}],
+    "kwargs": {},
+    "inputs": [{"shape": [2, 8, 16, 16], "dtype": "float32", "param": False}],
+    "outputs": [{"shape": [2, 8, 16, 16], "dtype": "float32"}],
+}
+RELU_INPLACE_SPEC = {
+    "kind": "module",
+    "type": "torch.nn.modules.activation.ReLU",
+    "attrs": {"inplace": True},
+    "args": [{"__tensor__": 0}],
+    "kwargs": {},
+    "inputs": [{"shape": [2, 8], "dtype": "float32", "param": False}],
+    "outputs": [{"shape": [2, 8], "dtype": "float32"}],
+}
+ADD_SPEC = {
+    "kind": "function",
+    "type": "torch.Tensor.add_",
+    "args": [{"__tensor__": 0}, {"__tensor__": 1}],
+    "kwargs": {},
+    "inputs": [
+        {"shape": [2, 8], "dtype": "float32", "param": False},
+        {"shape": [2, 8], "dtype": "float32", "param": False},
+    ],
+    "outputs": [{"shape": [2, 8], "dtype": "float32"}],
+}
+FAST = {"min_run_time_s": 0.05, "warmup_s": 0.01}
+CPU = GpuConfig("cpu", "cpu", True, "float32", (parse_setting("default"),), None, None)
+
+
+def opts(mode, **kw):
+    return harness.HarnessOptions(mode=mode, device="cpu", **{**FAST, **kw})
+
+
+@pytest.mark.parametrize("mode", ["inference", "training"])
+def test_measure_runs_at_least_the_minimum_time(mode):
+    o = opts(mode)
+    t = harness.measure(harness.prepare_op(CONV_SPEC, o), o)
+    assert t.total_time_s >= o.min_run_time_s
+    assert t.iterations == len(t.block_times_s) * t.number_per_run > 0
+    assert t.timed_end_unix_s - t.timed_start_unix_s >= t.total_time_s * 0.99
+    assert t.warmup_iterations >= harness.MIN_WARMUP_ITERATIONS
+    assert t.backward is (mode == "training")
+
+
+def test_training_runs_backward_and_keeps_parameter_gradients():
+    o = opts("training", block_size=3)
+    w = harness.prepare_op(CONV_SPEC, o)
+    rebuilt, inputs = w.keep
+    t = harness.measure(w, o)
+    for r in rebuilt:
+        assert r.module.training
+        assert r.module.weight.grad is not None
+        assert r.module.weight.grad.abs().sum() > 0
+    # The input gradient is reset every iteration, not accumulated.
+    assert inputs[0].grad is None
+    assert t.backward
+
+
+def test_inference_runs_in_eval_mode_without_gradients():
+    o = opts("inference", block_size=2)
+    w = harness.prepare_op(CONV_SPEC, o)
+    harness.measure(w, o)
+    for r in w.keep[0]:
+        assert not r.module.training
+        assert r.module.weight.grad is None
+
+
+def test_block_cycles_through_distinct_instances():
+    o = opts("inference", block_size=4)
+    w = harness.prepare_op(CONV_SPEC, o)
+    rebuilt = w.keep[0]
+    calls = [0] * len(rebuilt)
+    for i, r in enumerate(rebuilt):
+        r.module.register_forward_hook(lambda *a, i=i: calls.__setitem__(i, calls[i] + 1))
+    t = harness.measure(w, o)
+    assert len({id(r.module) for r in rebuilt}) == 4
+    assert not torch.equal(rebuilt[0].module.weight, rebuilt[1].module.weight)
+    # Cycling: every instance ran, and no instance ran more than once more than another.
+    assert min(calls) > 0
+    assert max(calls) - min(calls) <= 1
+    assert sum(calls) == t.iterations + t.warmup_iterations
+
+
+def test_auto_block_size_exceeds_the_cache():
+    # 1 MiB of parameters, 32 MiB cache: 33 instances hold more than the cache.
+    assert harness.auto_block_size(2**20, 32 * 2**20, 64) == 33
+    assert harness.auto_block_size(2**20, 32 * 2**20, 16) == 16
+    assert harness.auto_block_size(0, 32 * 2**20, 64) == 1  # no weights: one instance
+
+
+def test_inplace_ops_train_out_of_place():
+    for spec in (RELU_INPLACE_SPEC, ADD_SPEC):
+        o = opts("training")
+        t = harness.measure(harness.prepare_op(spec, o), o)
+        assert t.inplace_substituted
+        assert t.backward
+
+
+def test_network_workload_both_modes():
+    net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    for mode in ("inference", "training"):
+        o = opts(mode)
+        t = harness.measure(harness.prepare_network(net, (8, 16), o), o)
+        assert t.iterations > 0
+    assert net[0].weight.grad is not None
+
+
+def _job(tmp_path, spec=CONV_SPEC, mode="inference", **kw):
+    return profile.profile_job(
+        kind="op",
+        gpu=CPU,
+        setting=parse_setting("default"),
+        mode=mode,
+        profile_config=FAST,
+        csv_path=tmp_path / "op.csv",
+        json_path=tmp_path / "op.json",
+        spec=spec,
+        op_id="0123456789abcdef",
+        **kw,
+    )
+
+
+DOCUMENTED_KEYS = {
+    "schema_version",
+    "status",
+    "failure_reason",
+    "kind",
+    "op_id",
+    "model_input",
+    "spec",
+    "mode",
+    "gpu",
+    "setting",
+    "device",
+    "dtype",
+    "tf32",
+    "block_size",
+    "warmup_iterations",
+    "min_run_time_s",
+    "number_per_run",
+    "block_times_s",
+    "iterations",
+    "total_time_s",
+    "sigma_total_time_s",
+    "timed_start_unix_s",
+    "timed_end_unix_s",
+    "utc_offset_s",
+    "energy_counter_start_mj",
+    "energy_counter_end_mj",
+    "power_available",
+    "power_fields",
+    "peak_memory_bytes",
+    "gpu_name",
+    "gpu_uuid",
+    "driver_version",
+    "cuda_version",
+    "torch_version",
+    "host",
+    "started_unix_s",
+    "finished_unix_s",
+}
+
+
+def test_job_json_has_every_documented_field(tmp_path):
+    record = _job(tmp_path, mode="training")
+    on_disk = json.loads((tmp_path / "op.json").read_text())
+    assert on_disk == json.loads(json.dumps(record))
+    assert set(on_disk) >= DOCUMENTED_KEYS
+    assert on_disk["status"] == "ok"
+    assert on_disk["power_available"] is False
+    assert on_disk["iterations"] == len(on_disk["block_times_s"]) * on_disk["number_per_run"]
+    assert on_disk["total_time_s"] == pytest.approx(sum(on_disk["block_times_s"]))
+    # A CPU measurement's CSV says why there is no power log.
+    assert (tmp_path / "op.csv").read_text().startswith("# no power log")
+    # Nothing temporary is left behind.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["op.csv", "op.json"]
+
+
+def test_out_of_memory_is_recorded_as_failed_and_the_job_succeeds(tmp_path, monkeypatch):
+    def oom(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
+
+    monkeypatch.setattr(harness, "measure", oom)
+    record = _job(tmp_path)
+    assert record["status"] == "failed"
+    assert "out of memory" in record["failure_reason"]
+    assert json.loads((tmp_path / "op.json").read_text())["status"] == "failed"
+
+
+def test_op_that_cannot_run_here_is_recorded_as_failed(tmp_path):
+    # Batch norm in training needs more than one value per channel.
+    spec = {
+        "kind": "module",
+        "type": "torch.nn.modules.batchnorm.BatchNorm2d",
+        "attrs": {
+            "num_features": 4,
+            "eps": 1e-5,
+            "momentum": 0.1,
+            "affine": True,
+            "track_running_stats": True,
+        },
+        "args": [{"__tensor__": 0}],
+        "kwargs": {},
+        "inputs": [{"shape": [1, 4, 1, 1], "dtype": "float32", "param": False}],
+        "outputs": [{"shape": [1, 4, 1, 1], "dtype": "float32"}],
+    }
+    record = _job(tmp_path, spec=spec, mode="training")
+    assert record["status"] == "failed"
+    assert "more than 1 value per channel" in record["failure_reason"]
+
+
+def test_other_errors_fail_the_job_loudly(tmp_path, monkeypatch):
+    class Broken(Exception):
+        pass
+
+    def broken(*args, **kwargs):
+        raise Broken("a bug")
+
+    monkeypatch.setattr(harness, "measure", broken)
+    with pytest.raises(Broken):
+        _job(tmp_path)
+    assert not (tmp_path / "op.json").exists()
+
+
+KILL_SCRIPT = """
+import sys
+from pathlib import Path
+from opcost import profile
+from opcost.config import GpuConfig
+from opcost.names import parse_setting
+out = Path(sys.argv[1])
+spec = {spec}
+profile.profile_job(kind="op", gpu=GpuConfig("cpu", "cpu", True, "float32", (), None, None),
+    setting=parse_setting("default"), mode="inference",
+    profile_config={{"min_run_time_s": 30.0, "warmup_s": 0.01}},
+    csv_path=out / "op.csv", json_path=out / "op.json", spec=spec, op_id="0123456789abcdef")
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_job_killed_mid_measurement_leaves_no_final_output(tmp_path, sig):
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILL_SCRIPT.format(spec=repr(CONV_SPEC)), str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    # Wait until it is measuring (the temporary CSV exists), then kill it.
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob(".op.csv.tmp-*")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(tmp_path.glob(".op.csv.tmp-*")), "the job never started measuring"
+    time.sleep(0.5)
+    os.kill(proc.pid, sig)
+    proc.wait(timeout=30)
+    assert not (tmp_path / "op.json").exists()
+    assert not (tmp_path / "op.csv").exists()
+
+
+def test_whole_network_job(tmp_path):
+    record = profile.profile_job(
+        kind="network",
+        gpu=CPU,
+        setting=parse_setting("default"),
+        mode="training",
+        profile_config=FAST,
+        csv_path=tmp_path / "n.csv",
+        json_path=tmp_path / "n.json",
+        model_input=ModelInput("toymodels.nets:tiny_mlp", (8, 16)),
+    )
+    assert record["status"] == "ok"
+    assert record["model_input"] == "toymodels.nets.tiny_mlp_8x16"
+    assert record["backward"] is True
+
+
+def test_every_op_of_a_network_profiles_in_both_modes(tmp_path):
+    table = extract_model_input(ModelInput("resnet18", (2, 3, 32, 32)))
+    for i, spec in enumerate(table["spec"]):
+        for mode in ("inference", "training"):
+            o = opts(mode, min_run_time_s=0.002, warmup_s=0.0, max_block_size=2)
+            t = harness.measure(harness.prepare_op(json.loads(spec), o), o)
+            assert t.iterations > 0, (i, mode)
