@@ -19,6 +19,6 @@ include: "workflow/rules/evaluate.smk"
 
 
 rule all:
+    default_target: True
     input:
         get_final_outputs,
-    default_target: True

@@ -1,5 +1,11 @@
 from opcost.config import load_study
-from opcost.names import MODEL_INPUT_PATTERN, MODE_PATTERN, NAME_PATTERN, OP_ID_PATTERN, SETTING_PATTERN
+from opcost.names import (
+    MODEL_INPUT_PATTERN,
+    MODE_PATTERN,
+    NAME_PATTERN,
+    OP_ID_PATTERN,
+    SETTING_PATTERN,
+)
 from opcost import workflow as wf
 
 # Schema checks ran in the Snakefile; this adds the checks of meaning (model names,

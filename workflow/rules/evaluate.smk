@@ -5,9 +5,11 @@ rule evaluate:
     output:
         dataset="results/dataset/{gpu}.parquet",
         failed="results/dataset/{gpu}.failed.parquet",
-    params:
-        min_power_updates=config["evaluate"]["min_power_updates"],
     log:
         "logs/evaluate/{gpu}.log",
+    conda:
+        "../../environment.yml"
+    params:
+        min_power_updates=config["evaluate"]["min_power_updates"],
     script:
         "../scripts/evaluate.py"

@@ -1,12 +1,14 @@
 rule extract:
     output:
         ops="results/ops/{model_input}.parquet",
+    log:
+        "logs/extract/{model_input}.log",
+    conda:
+        "../../environment.yml"
     params:
         model=lambda wildcards: MODEL_INPUTS[wildcards.model_input].model,
         shape=lambda wildcards: list(MODEL_INPUTS[wildcards.model_input].shape),
         functional_ops=config["extract"]["functional_ops"],
-    log:
-        "logs/extract/{model_input}.log",
     script:
         "../scripts/extract.py"
 
@@ -18,5 +20,7 @@ checkpoint unique_ops:
         unique="results/ops/unique.parquet",
     log:
         "logs/extract/unique.log",
+    conda:
+        "../../environment.yml"
     script:
         "../scripts/unique_ops.py"
