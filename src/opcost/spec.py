@@ -22,6 +22,7 @@ import importlib
 import inspect
 import json
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -154,7 +155,7 @@ def module_attrs(module: torch.nn.Module) -> dict[str, Any]:
         params = inspect.signature(type(module).__init__).parameters
     except (TypeError, ValueError):
         params = {}
-    for name in params:
+    for name, param in params.items():
         if name in attrs or name == "self":
             continue
         for attr in _PRESENCE_ATTRS.get(name, (name,)):
@@ -163,7 +164,29 @@ def module_attrs(module: torch.nn.Module) -> dict[str, Any]:
                 if value is None or isinstance(value, torch.Tensor):
                     attrs[name] = value is not None
                     break
+        else:
+            width = _width_from_children(module, name, param)
+            if width is not None:
+                attrs[name] = width
     return attrs
+
+
+_WIDTH_PARAM = re.compile(r"(^|_)(dim|channels|features|width)$")
+
+
+def _width_from_children(module: torch.nn.Module, name: str, param: inspect.Parameter) -> Any:
+    """A required width argument the module does not keep (Swin's attention ``dim``).
+
+    Taken from the input width of its first child layer, where the name says it is a width.
+    """
+    if param.default is not inspect.Parameter.empty or not _WIDTH_PARAM.search(name):
+        return None
+    for child in module.children():
+        for attr in ("in_features", "in_channels", "embed_dim", "num_features"):
+            value = getattr(child, attr, None)
+            if isinstance(value, int):
+                return value
+    return None
 
 
 def tensor_spec(t: torch.Tensor) -> dict[str, Any]:
@@ -252,7 +275,13 @@ def _rebuild_module(
         params = inspect.signature(cls.__init__).parameters
     except (TypeError, ValueError):
         params = {}
-    ctor = {k: _as_tuples(attrs[k]) for k in params if k in attrs}
+    # JSON has no tuples: a list goes back as a tuple unless the parameter is annotated as
+    # a list (Swin's window_size, which its forward copies with list.copy()).
+    ctor = {
+        k: attrs[k] if "list" in str(params[k].annotation).lower() else _as_tuples(attrs[k])
+        for k in params
+        if k in attrs
+    }
     try:
         # Built on the target device: initialising weights there is much faster.
         with torch.device(device) if device is not None else contextlib.nullcontext():
@@ -264,7 +293,8 @@ def _rebuild_module(
             continue
         current = encode_value(getattr(module, key), tensors := [])
         if current is not _SKIP and not tensors and current != value:
-            setattr(module, key, _as_tuples(value))
+            keep_list = isinstance(getattr(module, key), list)
+            setattr(module, key, value if keep_list else _as_tuples(value))
     return module
 
 
