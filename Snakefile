@@ -16,6 +16,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/extract.smk"
 include: "workflow/rules/profile.smk"
 include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/train.smk"
 
 
 rule all:

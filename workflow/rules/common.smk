@@ -49,4 +49,15 @@ def get_slurm_gpu_model(wildcards):
 
 
 def get_final_outputs(wildcards):
-    return expand("results/dataset/{gpu}.parquet", gpu=STUDY.gpus)
+    return expand("results/dataset/{gpu}.parquet", gpu=STUDY.gpus) + expand(
+        "results/predictors/{gpu}/{name}",
+        gpu=STUDY.gpus,
+        name=[
+            "time.joblib",
+            "power.joblib",
+            "features.json",
+            "metrics.json",
+            "holdout_predictions.parquet",
+            "network_predictions.parquet",
+        ],
+    )

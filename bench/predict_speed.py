@@ -1,0 +1,247 @@
+"""How fast does ``opcost predict`` answer for a network of 200 operations?
+
+Issue 9's target: a network of 200 operations across all configurations in under 2 s on a
+2-core CPU. This builds a synthetic study in a temporary folder: ``--gpus`` GPU
+configurations, each trained (default forests: ``--trees`` trees, min_samples_leaf 1) on
+``--train-ops`` operations measured at 4 settings in both modes; and a network of ``--ops``
+distinct operations (convolutions, linears, norms, activations, pools, additions, at random
+sizes) with random counts. Then it times
+
+* *in-process*: :func:`opcost.predict.load_predictors` + :func:`~opcost.predict.predict_networks`
+  (loading every model, encoding, predicting, summing, per-op settings, extrapolation flags),
+  the part opcost controls;
+* *command*: ``python -m opcost.cli predict --ops net.parquet`` in a fresh interpreter, as a
+  user runs it (Python start, imports of pandas and scikit-learn included).
+
+Usage: ``python bench/predict_speed.py [--ops 200] [--gpus 3] [--train-ops 500] [--trees 300]
+[--cores 2] [--repeat 3]``. ``--cores N`` pins this process and the command to the first N
+CPUs (Linux), to measure "a 2-core CPU" on a bigger machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from opcost.features import op_counts
+from opcost.predict import load_predictors, predict_networks, save_predictor
+from opcost.spec import canonical_json, op_id
+from opcost.train import TrainConfig, fit_predictor
+
+SETTINGS = {"default": 1980.0, "sm1410": 1410.0, "sm990": 990.0, "pl300": 1500.0}
+
+
+def tensor(shape: list[int]) -> dict:
+    return {"shape": shape, "dtype": "float32", "param": False}
+
+
+def random_spec(rng: random.Random) -> dict:
+    b = rng.choice([1, 4, 8, 16, 32, 64])
+    c = rng.choice([3, 16, 32, 64, 128, 256, 512])
+    hw = rng.choice([7, 14, 28, 56, 112, 224])
+    x = [b, c, hw, hw]
+    kind = rng.choice(["conv", "conv", "linear", "bn", "relu", "pool", "add"])
+    if kind == "conv":
+        out, k, s = (
+            rng.choice([16, 64, 128, 256, 512]),
+            rng.choice([1, 3, 5, 7]),
+            rng.choice([1, 2]),
+        )
+        o = (hw + 2 * (k // 2) - k) // s + 1
+        return {
+            "kind": "module",
+            "type": "torch.nn.modules.conv.Conv2d",
+            "attrs": {
+                "in_channels": c,
+                "out_channels": out,
+                "kernel_size": [k, k],
+                "stride": [s, s],
+                "padding": [k // 2, k // 2],
+                "dilation": [1, 1],
+                "groups": 1,
+                "bias": rng.random() < 0.5,
+            },
+            "args": [{"__tensor__": 0}],
+            "kwargs": {},
+            "inputs": [tensor(x)],
+            "outputs": [{"shape": [b, out, o, o], "dtype": "float32"}],
+        }
+    if kind == "linear":
+        fin, fout = rng.choice([128, 512, 1024, 4096]), rng.choice([10, 1000, 4096])
+        return {
+            "kind": "module",
+            "type": "torch.nn.modules.linear.Linear",
+            "attrs": {"in_features": fin, "out_features": fout, "bias": True},
+            "args": [{"__tensor__": 0}],
+            "kwargs": {},
+            "inputs": [tensor([b, fin])],
+            "outputs": [{"shape": [b, fout], "dtype": "float32"}],
+        }
+    if kind == "bn":
+        attrs = {"num_features": c, "affine": True, "eps": 1e-5, "momentum": 0.1}
+        return {
+            "kind": "module",
+            "type": "torch.nn.modules.batchnorm.BatchNorm2d",
+            "attrs": {**attrs, "track_running_stats": True},
+            "args": [{"__tensor__": 0}],
+            "kwargs": {},
+            "inputs": [tensor(x)],
+            "outputs": [{"shape": x, "dtype": "float32"}],
+        }
+    if kind == "pool":
+        return {
+            "kind": "module",
+            "type": "torch.nn.modules.pooling.MaxPool2d",
+            "attrs": {"kernel_size": 3, "stride": 2, "padding": 1, "dilation": 1},
+            "args": [{"__tensor__": 0}],
+            "kwargs": {},
+            "inputs": [tensor(x)],
+            "outputs": [
+                {"shape": [b, c, (hw - 1) // 2 + 1, (hw - 1) // 2 + 1], "dtype": "float32"}
+            ],
+        }
+    if kind == "relu":
+        return {
+            "kind": "module",
+            "type": "torch.nn.modules.activation.ReLU",
+            "attrs": {"inplace": True},
+            "args": [{"__tensor__": 0}],
+            "kwargs": {},
+            "inputs": [tensor(x)],
+            "outputs": [{"shape": x, "dtype": "float32"}],
+        }
+    return {
+        "kind": "function",
+        "type": "torch.Tensor.add_",
+        "args": [{"__tensor__": 0}, {"__tensor__": 1}],
+        "kwargs": {},
+        "inputs": [tensor(x), tensor(x)],
+        "outputs": [{"shape": x, "dtype": "float32"}],
+    }
+
+
+def synthetic_dataset(n_ops: int, rng: random.Random) -> pd.DataFrame:
+    """Op measurements at every setting and mode, with plausible time and power."""
+    rows = []
+    for _ in range(n_ops):
+        spec = random_spec(rng)
+        text = canonical_json(spec)
+        counts = op_counts(text)
+        work = 2e-14 * counts["flops"] + 1e-11 * (counts["input_numel"] + counts["output_numel"])
+        for setting, clock in SETTINGS.items():
+            for mode, factor in (("inference", 1.0), ("training", 3.0)):
+                time_s = (8e-6 + factor * work * 1980.0 / clock) * rng.lognormvariate(0, 0.1)
+                power_w = min(700.0, 90.0 + 400.0 * (clock / 1980.0) ** 2 * min(1.0, work * 1e4))
+                rows.append(
+                    {
+                        "gpu": "synthetic",
+                        "setting": setting,
+                        "mode": mode,
+                        "kind": "op",
+                        "op_id": op_id(spec),
+                        "model_input": None,
+                        "op_type": spec["type"],
+                        "spec": text,
+                        "dtype": "float32",
+                        "tf32": True,
+                        "time_s": time_s,
+                        "power_w": power_w,
+                        "energy_j": time_s * power_w,
+                        "low_power_samples": False,
+                        "sm_clock_mhz": clock,
+                        "mem_clock_mhz": 2619.0,
+                        "power_limit_w": 300.0 if setting == "pl300" else 700.0,
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def network(n_ops: int, rng: random.Random) -> pd.DataFrame:
+    seen: dict[str, dict] = {}
+    while len(seen) < n_ops:
+        spec = random_spec(rng)
+        seen[op_id(spec)] = spec
+    return pd.DataFrame(
+        [
+            {
+                "model_input": f"synthetic_{n_ops}ops_1",
+                "op_id": oid,
+                "kind": s["kind"],
+                "type": s["type"],
+                "spec": canonical_json(s),
+                "count": rng.randint(1, 4),
+            }
+            for oid, s in seen.items()
+        ]
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ops", type=int, default=200, help="distinct ops of the network")
+    parser.add_argument("--gpus", type=int, default=3, help="GPU configurations")
+    parser.add_argument("--train-ops", type=int, default=500, help="training ops per GPU")
+    parser.add_argument("--trees", type=int, default=300, help="trees per forest")
+    parser.add_argument("--cores", type=int, default=0, help="pin to the first N CPUs")
+    parser.add_argument("--repeat", type=int, default=3, help="timed runs; the best is shown")
+    args = parser.parse_args()
+    if args.cores:
+        os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[: args.cores]))
+    rng = random.Random(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "predictors"
+        data = synthetic_dataset(args.train_ops, rng)
+        t0 = time.perf_counter()
+        predictor = fit_predictor(data, TrainConfig(n_estimators=args.trees), "gpu0", n_jobs=-1)
+        train_s = time.perf_counter() - t0
+        save_predictor(predictor, root / "gpu0")
+        for g in range(1, args.gpus):
+            shutil.copytree(root / "gpu0", root / f"gpu{g}")
+            doc_path = root / f"gpu{g}" / "features.json"
+            doc = json.loads(doc_path.read_text())
+            doc["gpu"] = f"gpu{g}"
+            doc_path.write_text(json.dumps(doc))
+        model_mb = sum(f.stat().st_size for f in (root / "gpu0").glob("*.joblib")) / 1e6
+        ops = network(args.ops, rng)
+        ops_path = Path(tmp) / "net.parquet"
+        ops.to_parquet(ops_path, index=False)
+
+        in_process = []
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            result = predict_networks(load_predictors(root), ops)
+            in_process.append(time.perf_counter() - t0)
+        command = [sys.executable, "-m", "opcost.cli", "predict", "--ops", str(ops_path)]
+        command += ["--predictors", str(root), "--format", "csv"]
+        wall = []
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            subprocess.run(command, check=True, capture_output=True)
+            wall.append(time.perf_counter() - t0)
+    configs = len(result.table)
+    print(
+        f"{args.ops} distinct ops ({int(ops['count'].sum())} calls), {args.gpus} GPU "
+        f"configurations x {len(SETTINGS)} settings x 2 modes = {configs} predictions per "
+        f"network; forests of {args.trees} trees trained on {len(data)} rows in {train_s:.1f} s, "
+        f"{model_mb:.1f} MB per GPU; CPUs: {len(os.sched_getaffinity(0))}"
+    )
+    print(f"in-process load + predict: {min(in_process):.2f} s (best of {args.repeat})")
+    print(
+        f"command (fresh interpreter, imports included): {min(wall):.2f} s (best of {args.repeat})"
+    )
+    print(f"median time prediction: {np.median(result.table['time_s']) * 1e3:.3g} ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,383 @@
+"""The ``opcost`` command: extract a network's operations, predict its cost on every GPU.
+
+::
+
+    opcost extract --model resnet50 --input 32,3,224,224 [--no-functional] [--out ops.parquet]
+    opcost predict --model resnet50 --input 32,3,224,224 [--mode training]
+                   [--predictors results/predictors] [--format table|csv|json]
+    opcost predict --ops ops.parquet ...
+    opcost train --dataset results/dataset/h100.parquet --ops results/ops/*.parquet --gpu h100
+
+A model is a torchvision model name (built without weights) or a user's import path
+``package.module:factory``. Errors end with a one-line message on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from opcost.features import SchemaError
+from opcost.names import MODES, NameError_
+from opcost.tables import TableError
+
+EXIT_ERROR = 2
+DEFAULT_PREDICTORS = "results/predictors"
+#: Extrapolated ops listed in the table output (all of them in JSON).
+MAX_LISTED = 8
+_LAZY_ERRORS = (
+    ("opcost.extract", "ExtractionError"),
+    ("opcost.config", "ConfigError"),
+    ("opcost.train", "TrainError"),
+)
+_SHAPE = re.compile(r"[0-9]+(?:[,x][0-9]+)*")
+
+
+class CliError(ValueError):
+    """A command-line argument is unusable; the message says what was expected."""
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    """``"32,3,224,224"`` (or ``32x3x224x224``) -> ``(32, 3, 224, 224)``."""
+    compact = re.sub(r"\s+", "", text)
+    shape = tuple(int(p) for p in re.split(r"[,x]", compact)) if _SHAPE.fullmatch(compact) else ()
+    if not shape or any(d <= 0 for d in shape):
+        raise CliError(
+            f"--input {text!r} is not a shape: give positive integers separated by commas, "
+            "e.g. --input 32,3,224,224"
+        )
+    return shape
+
+
+def _progress(total: int, desc: str):
+    from tqdm import tqdm
+
+    # disable=None: a bar on an interactive terminal, silence in pipes and logs.
+    return tqdm(total=total, desc=desc, file=sys.stderr, disable=None, leave=False)
+
+
+def _extract(model: str, shape_text: str, functional: bool) -> pd.DataFrame:
+    from opcost.extract import extract_model_input
+    from opcost.names import ModelInput
+
+    return extract_model_input(
+        ModelInput(model, parse_shape(shape_text)), functional_ops=functional
+    )
+
+
+def _short_type(name: str) -> str:
+    return name.rsplit(".", 1)[-1] if name.startswith("torch.nn.modules.") else name
+
+
+def _input_shapes(spec: str) -> str:
+    inputs = json.loads(spec).get("inputs", [])
+    return " ".join("x".join(str(d) for d in i["shape"]) or "()" for i in inputs)
+
+
+def cmd_extract(args: argparse.Namespace) -> int:
+    with _progress(2, "extract") as bar:
+        bar.set_postfix_str(args.model)
+        table = _extract(args.model, args.input, not args.no_functional)
+        bar.update()
+        if args.out:
+            from opcost.tables import write_parquet_atomic
+
+            write_parquet_atomic(table, args.out)
+        bar.update()
+    show = pd.DataFrame(
+        {
+            "op_id": table["op_id"],
+            "count": table["count"],
+            "type": table["type"].map(_short_type),
+            "inputs": table["spec"].map(_input_shapes),
+        }
+    )
+    name = table["model_input"].iloc[0] if len(table) else args.model
+    print(f"{name}: {len(table)} distinct operations, {int(table['count'].sum())} calls")
+    if len(show):
+        print(show.to_string(index=False))
+    if args.out:
+        print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+def _fmt(value: float, digits: int = 4) -> str:
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    return f"{value:.{digits}g}"
+
+
+def _json_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    out = []
+    for record in frame.to_dict(orient="records"):
+        clean = {}
+        for k, v in record.items():
+            if hasattr(v, "item"):
+                v = v.item()
+            if isinstance(v, float) and not math.isfinite(v):
+                v = None
+            clean[k] = v
+        out.append(clean)
+    return out
+
+
+def _render_table(result: Any, predictors: dict[str, Any], root: str) -> str:
+    lines = []
+    table = result.table
+    shapes = table.drop_duplicates("network").set_index("network")[["n_ops", "n_calls"]]
+    gpus = ", ".join(sorted(predictors))
+    for network, group in table.groupby("network", sort=False):
+        n_ops, n_calls = shapes.loc[network]
+        lines.append(
+            f"{network}: {n_ops} distinct operations, {n_calls} calls; predictors: {gpus} ({root})"
+        )
+        show = pd.DataFrame(
+            {
+                "mode": group["mode"],
+                "gpu": group["gpu"],
+                "setting": group["setting"],
+                "time_ms": group["time_s"].map(lambda v: _fmt(v * 1e3)),
+                "power_w": group["power_w"].map(lambda v: _fmt(v)),
+                "energy_j": group["energy_j"].map(lambda v: _fmt(v)),
+                "edp_js": group["edp_js"].map(lambda v: _fmt(v)),
+                "best": [
+                    " ".join(c for c in ("time", "energy", "edp") if r[f"best_{c}"])
+                    for _, r in group.iterrows()
+                ],
+            }
+        )
+        lines += ["", show.to_string(index=False), ""]
+        best = result.best[result.best["network"] == network]
+        for mode, b in best.groupby("mode", sort=False):
+            parts = []
+            for criterion, label, fmt in (
+                ("time", "fastest", lambda v: f"{_fmt(v * 1e3)} ms"),
+                ("energy", "least energy", lambda v: f"{_fmt(v)} J"),
+                ("edp", "least energy-delay product", lambda v: f"{_fmt(v)} J·s"),
+            ):
+                row = b[b["criterion"] == criterion]
+                if len(row):
+                    r = row.iloc[0]
+                    parts.append(f"{label} {r['gpu']}/{r['setting']} ({fmt(r['value'])})")
+            if not (b["criterion"] == "energy").any():
+                parts.append("energy: no power model (time-only data)")
+            lines.append(f"best for {mode}: " + "; ".join(parts))
+        per_op = result.per_op[result.per_op["network"] == network]
+        for r in per_op.itertuples(index=False):
+            if r.status == "ok":
+                text = (
+                    f"{_fmt(r.per_op_energy_j)} J with the best setting per operation vs "
+                    f"{_fmt(r.best_single_energy_j)} J at the best single setting "
+                    f"{r.best_single_setting}: {_fmt(r.saving_pct, 3)} % less energy "
+                    "(ignores the cost of switching settings)"
+                )
+            else:
+                text = str(r.status)
+            lines.append(f"per-operation setting choice, {r.gpu} {r.mode}: {text}")
+        flags = result.extrapolation[result.extrapolation["network"] == network]
+        for gpu, f in flags.groupby("gpu", sort=True):
+            lines.append(
+                f"extrapolation, {gpu}: {f['op_id'].nunique()} of {n_ops} distinct operations "
+                f"({int(f['count'].sum())} of {n_calls} calls) lie outside the training data:"
+            )
+            for r in f.head(MAX_LISTED).itertuples(index=False):
+                lines.append(f"  {_short_type(r.type)} {r.op_id}: {r.reason}")
+            if len(f) > MAX_LISTED:
+                lines.append(f"  ... {len(f) - MAX_LISTED} more (--format json lists all)")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from opcost.predict import load_predictors, predict_networks, read_ops_table
+
+    if (args.model is None) == (args.ops is None):
+        raise CliError("give either --model (with --input) or --ops FILE")
+    if args.model is not None and args.input is None:
+        raise CliError("--model needs --input, e.g. --input 32,3,224,224")
+    with _progress(3, "predict") as bar:
+        bar.set_postfix_str("load predictors")
+        predictors = load_predictors(args.predictors)
+        modes = [args.mode] if args.mode else None
+        bar.update()
+        if args.ops is not None:
+            bar.set_postfix_str(f"read {args.ops}")
+            ops = read_ops_table(args.ops)
+        else:
+            bar.set_postfix_str(f"extract {args.model}")
+            ops = _extract(args.model, args.input, not args.no_functional)
+        bar.update()
+        bar.set_postfix_str("predict")
+        result = predict_networks(predictors, ops, modes)
+        bar.update()
+    if args.format == "csv":
+        sys.stdout.write(result.table.to_csv(index=False))
+    elif args.format == "json":
+        doc = {
+            "predictors": str(args.predictors),
+            "units": {"time_s": "s", "power_w": "W", "energy_j": "J", "edp_js": "J*s"},
+            "predictions": _json_records(result.table),
+            "best": _json_records(result.best),
+            "per_op_setting": _json_records(result.per_op),
+            "extrapolation": _json_records(result.extrapolation),
+        }
+        print(json.dumps(doc, indent=1))
+    else:
+        sys.stdout.write(_render_table(result, predictors, str(args.predictors)))
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from opcost.train import TrainConfig, TrainOutputs, train_gpu
+
+    section: dict[str, Any] = {}
+    if args.config:
+        import yaml
+
+        from opcost.config import validate_config
+
+        with open(args.config) as f:
+            config = yaml.safe_load(f) or {}
+        if not isinstance(config, dict):
+            raise CliError(f"{args.config}: the config must be a mapping")
+        section = validate_config(config)["train"]
+    cfg = TrainConfig.from_config(section)
+    out = Path(args.out) if args.out else Path(DEFAULT_PREDICTORS) / args.gpu
+    lines: list[str] = []
+    # One step per log line of train_gpu: summary, hold-out, each network, done.
+    with _progress(len(args.ops) + 3, f"train {args.gpu}") as bar:
+
+        def log(line: str) -> None:
+            lines.append(line)
+            bar.set_postfix_str(line[:60])
+            bar.update()
+
+        metrics = train_gpu(args.dataset, args.ops, TrainOutputs.under(out), cfg, args.gpu, -1, log)
+    for line in lines:
+        print(line, file=sys.stderr)
+    rows = []
+    for split, key, what in (
+        ("holdout", "op", "ops"),
+        ("holdout", "baseline_op", "ops, per-type median"),
+        ("lono", "op", "ops"),
+        ("lono", "baseline_op", "ops, per-type median"),
+        ("lono", "network", "network vs measured"),
+        ("lono", "network_vs_summed_ops", "network vs summed ops"),
+    ):
+        for mode, score in metrics[split].get(key, {}).items():
+            rows.append(
+                {
+                    "split": split,
+                    "compared": what,
+                    "mode": mode,
+                    "n": score.get("n"),
+                    "time_mape_pct": _fmt(_num(score.get("time_mape_pct")), 3),
+                    "power_mape_pct": _fmt(_num(score.get("power_mape_pct")), 3),
+                    "energy_mape_pct": _fmt(_num(score.get("energy_mape_pct")), 3),
+                }
+            )
+    print(f"predictors of {args.gpu} in {out} (regressor {cfg.regressor}, time fitted on log)")
+    print(pd.DataFrame(rows).to_string(index=False))
+    return 0
+
+
+def _num(value: Any) -> float:
+    return float("nan") if value is None else float(value)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="opcost",
+        description="Time, power and energy of PyTorch networks on NVIDIA GPUs, "
+        "operation by operation.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    model_help = "torchvision model name (e.g. resnet50) or import path package.module:factory"
+    input_help = "input shape, comma-separated, e.g. 32,3,224,224"
+
+    ext = sub.add_parser("extract", help="list a network's operations and how often each runs")
+    ext.add_argument("--model", required=True, help=model_help)
+    ext.add_argument("--input", required=True, help=input_help)
+    ext.add_argument(
+        "--no-functional",
+        action="store_true",
+        help="record leaf modules only, not functional ops (residual adds, flatten, ...)",
+    )
+    ext.add_argument("--out", help="also write the op table to this Parquet file")
+    ext.set_defaults(func=cmd_extract)
+
+    pred = sub.add_parser(
+        "predict",
+        help="predict a network's time, power and energy on every trained GPU and setting",
+    )
+    pred.add_argument("--model", help=model_help)
+    pred.add_argument("--input", help=input_help)
+    pred.add_argument("--ops", type=Path, help="op table from 'opcost extract --out'")
+    pred.add_argument("--mode", choices=MODES, help="inference or training (default: both)")
+    pred.add_argument(
+        "--predictors",
+        type=Path,
+        default=Path(DEFAULT_PREDICTORS),
+        help="directory of trained predictors, one subdirectory per GPU configuration "
+        f"(default {DEFAULT_PREDICTORS})",
+    )
+    pred.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    pred.add_argument("--no-functional", action="store_true", help="as for extract")
+    pred.set_defaults(func=cmd_predict)
+
+    tr = sub.add_parser(
+        "train",
+        help="train and validate one GPU configuration's predictor from its dataset "
+        "(what the workflow's train rule does)",
+    )
+    tr.add_argument("--dataset", required=True, help="results/dataset/{gpu}.parquet")
+    tr.add_argument(
+        "--ops", nargs="+", default=[], help="op tables of the networks (leave-one-network-out)"
+    )
+    tr.add_argument("--gpu", required=True, help="GPU configuration name")
+    tr.add_argument("--out", help=f"output directory (default {DEFAULT_PREDICTORS}/GPU)")
+    tr.add_argument("--config", help="study config whose train section to use (else defaults)")
+    tr.set_defaults(func=cmd_train)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``opcost`` console script; returns the exit code."""
+    from opcost.predict import PredictorError
+
+    args = build_parser().parse_args(argv)
+    expected: tuple[type[BaseException], ...] = (
+        CliError,
+        TableError,
+        SchemaError,
+        PredictorError,
+        NameError_,
+        OSError,
+    )
+    try:
+        return int(args.func(args))
+    except Exception as e:
+        # Modules that are slow to import (torch, jsonschema) are looked up only if the
+        # command imported them, so that predicting from an op table stays fast.
+        for module, name in _LAZY_ERRORS:
+            if module in sys.modules:
+                expected += (getattr(sys.modules[module], name),)
+        if not isinstance(e, expected):
+            raise
+        # One line: a multi-line message (a config's list of errors) is joined.
+        message = " ".join(part.strip() for part in str(e).splitlines() if part.strip())
+        message = message or type(e).__name__
+        print(f"opcost {args.command}: error: {message}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,702 @@
+"""Prediction: time, power and energy of any network on every trained GPU configuration.
+
+A predictor (one per GPU configuration, ``results/predictors/{gpu}/``) is
+
+* ``time.joblib``: a regressor of ``log(time_s)``, time per iteration in seconds. Time
+  spans orders of magnitude (microseconds for a ReLU, tens of milliseconds for a large
+  convolution in training); on the log scale a tree's leaf averages ratios, not
+  absolute seconds, so small operations are not drowned by large ones.
+* ``power.joblib``: a regressor of ``power_w`` (mean GPU power while the op runs, W),
+  or ``None`` when the dataset has no power (a CPU, time-only study).
+
+  Both hold a :class:`TreeEnsemble`: the fitted scikit-learn ensemble flattened into
+  arrays, which predicts the same numbers without importing scikit-learn.
+* ``features.json``: the feature schema (:class:`opcost.features.FeatureSchema`), the
+  training columns, the conditions of each trained GPU setting (median measured SM and
+  memory clock and power limit per setting and mode), the training ranges of each op
+  type (for extrapolation flags) and provenance.
+
+Energy per iteration is predicted time times predicted power (thesis 4.1). A network's
+prediction is the sum over its operations, each counted as often as it runs (thesis 4.3):
+``time = Σ count·t_op``, ``energy = Σ count·e_op``, and its power is ``energy / time``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import joblib
+import numpy as np
+import pandas as pd
+
+from opcost.features import (
+    CONDITIONS,
+    FeatureSchema,
+    SchemaError,
+    check_schema,
+    encode_features,
+    op_counts,
+)
+from opcost.names import MODES
+
+FEATURES_FILE = "features.json"
+TIME_FILE = "time.joblib"
+POWER_FILE = "power.joblib"
+#: Counts compared against the training range of an op's type.
+RANGE_KEYS = ("flops", "input_numel", "output_numel")
+NEEDS_SETTINGS = "needs more than one setting"
+NO_POWER = "no power model (time-only data)"
+UNSEEN_TYPE = "op type not in the training data"
+
+
+class PredictorError(ValueError):
+    """A predictor directory is missing, incomplete or incompatible; the message names it."""
+
+
+#: Rows predicted at once, and trees walked at once: small enough that the work arrays
+#: stay in cache, large enough that numpy's per-call overhead does not dominate.
+_CHUNK_ROWS = 8192
+_TREE_GROUP = 16
+#: Steps between removing finished walkers (a finished walker stays on its leaf).
+_COMPACT_EVERY = 4
+
+
+def _floor_float32(threshold: np.ndarray) -> np.ndarray:
+    """The largest float32 <= each threshold: for float32 ``x``, ``x <= t`` iff ``x <= floor``."""
+    t32 = threshold.astype(np.float32)
+    return np.where(t32 > threshold, np.nextafter(t32, np.float32(-np.inf)), t32)
+
+
+@dataclass
+class TreeEnsemble:
+    """A fitted tree ensemble as flat arrays, so that predicting needs numpy only.
+
+    Saved in ``time.joblib`` and ``power.joblib`` instead of the scikit-learn object: the
+    arrays load fast and predicting imports no scikit-learn (about 1.5 s of a 2 s budget
+    on a small CPU). :meth:`from_sklearn` takes a fitted random forest, extra trees or
+    histogram gradient boosting regressor; :meth:`predict` gives the same numbers
+    (tested against scikit-learn).
+
+    Attributes:
+        feature_names_in_: feature columns, in order (as scikit-learn names them).
+        children: ``(n_nodes, 2)`` left and right child (global node index); a leaf
+            points to itself, so a walker that reached it stays there.
+        feature: the feature a node splits on (0 at a leaf).
+        threshold: go right if ``x > threshold`` (+inf at a leaf). For forests, float32
+            and rounded down: scikit-learn's trees compare float32 inputs with float64
+            thresholds, and for a float32 ``x``, ``x <= t`` iff ``x <=`` the largest
+            float32 not above ``t``.
+        is_leaf: whether a node is a leaf.
+        value: each node's output (used at leaves).
+        roots: the root node of each tree.
+        combine: ``mean`` (forests) or ``sum`` (boosting) over trees, plus ``offset``.
+        source: the estimator's class and size, for provenance.
+    """
+
+    feature_names_in_: np.ndarray
+    children: np.ndarray
+    feature: np.ndarray
+    threshold: np.ndarray
+    is_leaf: np.ndarray
+    value: np.ndarray
+    roots: np.ndarray
+    combine: str
+    offset: float
+    source: str
+
+    @classmethod
+    def from_sklearn(cls, model: Any) -> TreeEnsemble:
+        """Flatten a fitted ``RandomForestRegressor``, ``ExtraTreesRegressor`` or
+        ``HistGradientBoostingRegressor``.
+
+        Raises:
+            PredictorError: for another estimator.
+        """
+        trees: list[tuple[np.ndarray, ...]] = []
+        if hasattr(model, "estimators_") and hasattr(model, "n_estimators"):
+            for est in model.estimators_:
+                t = est.tree_
+                leaf = t.children_left < 0
+                trees.append(
+                    (
+                        t.children_left,
+                        t.children_right,
+                        t.feature,
+                        t.threshold,
+                        t.value[:, 0, 0],
+                        leaf,
+                    )
+                )
+            combine, offset, float32 = "mean", 0.0, True
+        elif hasattr(model, "_predictors") and hasattr(model, "_baseline_prediction"):
+            for per_iteration in model._predictors:
+                if len(per_iteration) != 1:
+                    raise PredictorError("only single-output gradient boosting is supported")
+                n = per_iteration[0].nodes
+                if n["is_categorical"].any():
+                    raise PredictorError("categorical splits are not supported")
+                trees.append(
+                    (
+                        n["left"],
+                        n["right"],
+                        n["feature_idx"],
+                        n["num_threshold"],
+                        n["value"],
+                        n["is_leaf"].astype(bool),
+                    )
+                )
+            # HistGradientBoosting compares float64 inputs; its leaf values include the
+            # learning rate, and the baseline is the initial prediction.
+            combine, float32 = "sum", False
+            offset = float(np.asarray(model._baseline_prediction).ravel()[0])
+        else:
+            raise PredictorError(
+                f"cannot store a {type(model).__name__}: expected a random forest, extra "
+                "trees or histogram gradient boosting regressor"
+            )
+        children, features, thresholds, leaves, values, roots = [], [], [], [], [], []
+        start = 0
+        for left, right, feature, threshold, value, leaf in trees:
+            own = np.arange(start, start + len(leaf), dtype=np.int64)
+            children.append(
+                np.stack(
+                    [
+                        np.where(leaf, own, np.asarray(left, dtype=np.int64) + start),
+                        np.where(leaf, own, np.asarray(right, dtype=np.int64) + start),
+                    ],
+                    axis=1,
+                )
+            )
+            features.append(np.where(leaf, 0, feature))
+            threshold = np.asarray(threshold, dtype=np.float64)
+            if float32:
+                threshold = _floor_float32(threshold)
+            thresholds.append(np.where(leaf, np.inf, threshold))
+            leaves.append(np.asarray(leaf, dtype=bool))
+            values.append(np.asarray(value, dtype=np.float64))
+            roots.append(start)
+            start += len(leaf)
+        if start >= np.iinfo(np.int32).max:
+            raise PredictorError(f"{start} tree nodes is too many; use fewer or smaller trees")
+        return cls(
+            feature_names_in_=np.asarray(model.feature_names_in_, dtype=object),
+            children=np.concatenate(children).astype(np.int32),
+            feature=np.concatenate(features).astype(np.int32),
+            threshold=np.concatenate(thresholds).astype(np.float32 if float32 else np.float64),
+            is_leaf=np.concatenate(leaves),
+            value=np.concatenate(values),
+            roots=np.asarray(roots, dtype=np.int32),
+            combine=combine,
+            offset=offset,
+            source=f"{type(model).__name__} ({len(roots)} trees, {start} nodes)",
+        )
+
+    @property
+    def n_features_in_(self) -> int:
+        return len(self.feature_names_in_)
+
+    def predict(self, x: Any) -> np.ndarray:
+        """The ensemble's prediction for each row of ``x`` (columns as ``feature_names_in_``).
+
+        Raises:
+            SchemaError: ``x`` has other columns than the model was trained on.
+        """
+        if isinstance(x, pd.DataFrame) and list(x.columns) != list(self.feature_names_in_):
+            raise SchemaError("feature columns differ from the model's; retrain the predictors")
+        data = np.asarray(x, dtype=np.float64)
+        if data.ndim != 2 or data.shape[1] != self.n_features_in_:
+            raise SchemaError(
+                f"expected {self.n_features_in_} features per row, got shape {data.shape}"
+            )
+        data = np.ascontiguousarray(data, dtype=self.threshold.dtype)
+        out = np.zeros(len(data))
+        for lo in range(0, len(data), _CHUNK_ROWS):
+            chunk = data[lo : lo + _CHUNK_ROWS]
+            for g in range(0, len(self.roots), _TREE_GROUP):
+                out[lo : lo + len(chunk)] += self._leaf_sum(chunk, self.roots[g : g + _TREE_GROUP])
+        if self.combine == "mean":
+            out /= len(self.roots)
+        return out + self.offset
+
+    def _leaf_sum(self, data: np.ndarray, roots: np.ndarray) -> np.ndarray:
+        """Sum over the given trees of each row's leaf value."""
+        n_rows, n_features = data.shape
+        flat = data.ravel()
+        # One walker per (row, tree), all moving down one level per step.
+        node = np.tile(roots, n_rows)
+        offset = np.repeat(np.arange(n_rows, dtype=np.int64) * n_features, len(roots))
+        active = np.arange(len(node))
+        step = 0
+        while active.size:
+            at = node[active]
+            right = flat[offset[active] + self.feature[at]] > self.threshold[at]
+            at = self.children[at, right.view(np.int8)]
+            node[active] = at
+            step += 1
+            if step % _COMPACT_EVERY == 0:
+                active = active[~self.is_leaf[at]]
+        return self.value[node].reshape(n_rows, len(roots)).sum(axis=1)
+
+
+@dataclass
+class Predictor:
+    """The time and power models of one GPU configuration, with their encoding.
+
+    Attributes:
+        gpu: GPU configuration name.
+        schema: feature encoding the models were trained with.
+        time_model: regressor of ``log(time_s)``.
+        power_model: regressor of ``power_w``, or None without power data.
+        conditions: one row per trained (setting, mode): ``setting``, ``mode``,
+            ``dtype``, ``tf32``, ``sm_clock_mhz``, ``mem_clock_mhz``, ``power_limit_w``.
+        ranges: op type -> count name -> [min, max] over the training data.
+        meta: everything else written to ``features.json``.
+    """
+
+    gpu: str
+    schema: FeatureSchema
+    time_model: Any
+    power_model: Any | None
+    conditions: pd.DataFrame
+    ranges: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def settings(self) -> list[str]:
+        return sorted(set(self.conditions["setting"]))
+
+    @property
+    def modes(self) -> list[str]:
+        return [m for m in MODES if m in set(self.conditions["mode"])]
+
+    def predict_rows(self, rows: pd.DataFrame) -> pd.DataFrame:
+        """Predictions for rows that carry their own conditions (see ``encode_features``).
+
+        Returns:
+            A frame with ``rows``'s index and ``time_pred_s``, ``power_pred_w`` (NaN
+            without a power model) and ``energy_pred_j`` = time · power (thesis 4.1).
+        """
+        x = encode_features(rows, self.schema)
+        out = pd.DataFrame(index=rows.index)
+        if len(rows) == 0:
+            out["time_pred_s"] = out["power_pred_w"] = out["energy_pred_j"] = []
+            return out
+        out["time_pred_s"] = np.exp(self.time_model.predict(x))
+        if self.power_model is not None:
+            out["power_pred_w"] = self.power_model.predict(x)
+        else:
+            out["power_pred_w"] = np.nan
+        out["energy_pred_j"] = out["time_pred_s"] * out["power_pred_w"]
+        return out
+
+    def predict_ops(
+        self,
+        ops: pd.DataFrame,
+        modes: Sequence[str] | None = None,
+        settings: Sequence[str] | None = None,
+    ) -> pd.DataFrame:
+        """Predict each op at every trained setting (in ``modes``, default all trained).
+
+        Args:
+            ops: one row per op, with ``op_id`` and ``spec`` (duplicates are predicted once).
+            modes: modes to predict; each must be trained.
+            settings: settings to predict (default every trained one).
+
+        Returns:
+            One row per op, setting and mode: ``gpu``, ``op_id``, ``setting``, ``mode``,
+            ``time_pred_s``, ``power_pred_w``, ``energy_pred_j``.
+
+        Raises:
+            PredictorError: a mode or setting this predictor was not trained for.
+        """
+        conditions = self.select_conditions(modes, settings)
+        unique = ops.drop_duplicates("op_id")[["op_id", "spec"]]
+        rows = unique.merge(conditions, how="cross")
+        pred = self.predict_rows(rows)
+        out = rows[["op_id", "setting", "mode"]].copy()
+        out.insert(0, "gpu", self.gpu)
+        return pd.concat([out, pred], axis=1)
+
+    def select_conditions(
+        self, modes: Sequence[str] | None = None, settings: Sequence[str] | None = None
+    ) -> pd.DataFrame:
+        """The trained conditions for these modes and settings (all by default)."""
+        cond = self.conditions
+        for what, wanted, have in (
+            ("mode", modes, self.modes),
+            ("setting", settings, self.settings),
+        ):
+            if wanted is None:
+                continue
+            unknown = sorted(set(wanted) - set(have))
+            if unknown:
+                raise PredictorError(
+                    f"predictor {self.gpu!r} has no {what} {unknown[0]!r} in its training data "
+                    f"(trained: {', '.join(have)}); profile it, retrain, or choose another {what}"
+                )
+            cond = cond[cond[what].isin(list(wanted))]
+        return cond.reset_index(drop=True)
+
+    def extrapolation(self, ops: pd.DataFrame) -> pd.DataFrame:
+        """Ops whose prediction extrapolates: an unseen type, or counts outside its range.
+
+        Returns:
+            One row per flagged op: ``gpu``, ``op_id``, ``type``, ``reason``.
+        """
+        rows = []
+        for op in ops.drop_duplicates("op_id").itertuples(index=False):
+            spec_type = json.loads(op.spec)["type"]
+            if spec_type not in self.ranges:
+                rows.append((self.gpu, op.op_id, spec_type, UNSEEN_TYPE))
+                continue
+            counts = op_counts(op.spec)
+            reasons = []
+            for key in RANGE_KEYS:
+                lo, hi = self.ranges[spec_type][key]
+                value = counts[key]
+                if value > hi:
+                    reasons.append(f"{key} {value:.3g} > trained max {hi:.3g}")
+                elif value < lo:
+                    reasons.append(f"{key} {value:.3g} < trained min {lo:.3g}")
+            if reasons:
+                rows.append((self.gpu, op.op_id, spec_type, "; ".join(reasons)))
+        return pd.DataFrame(rows, columns=["gpu", "op_id", "type", "reason"])
+
+
+def training_ranges(rows: pd.DataFrame) -> dict[str, dict[str, list[float]]]:
+    """Per op type, [min, max] of each of :data:`RANGE_KEYS` over ``rows``.
+
+    ``rows`` needs ``spec`` and ``op_type``.
+    """
+    ranges: dict[str, dict[str, list[float]]] = {}
+    unique = rows.drop_duplicates("spec")
+    for spec_type, group in unique.groupby("op_type"):
+        counts = pd.DataFrame([op_counts(s) for s in group["spec"]])
+        ranges[str(spec_type)] = {
+            k: [float(counts[k].min()), float(counts[k].max())] for k in RANGE_KEYS
+        }
+    return ranges
+
+
+def save_predictor(predictor: Predictor, directory: str | Path) -> None:
+    """Write ``time.joblib``, ``power.joblib`` (None without power) and ``features.json``."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    joblib.dump(predictor.time_model, directory / TIME_FILE)
+    joblib.dump(predictor.power_model, directory / POWER_FILE)
+    cond = predictor.conditions.astype(object).where(predictor.conditions.notna(), None)
+    doc = {
+        **predictor.meta,
+        "features_version": predictor.schema.version,
+        "gpu": predictor.gpu,
+        "schema": predictor.schema.to_dict(),
+        "columns": predictor.schema.columns(),
+        "time_target": "log(time_s)",
+        "power_target": "power_w" if predictor.power_model is not None else None,
+        "conditions": cond.to_dict(orient="records"),
+        "training_ranges": predictor.ranges,
+    }
+    tmp = directory / f".{FEATURES_FILE}.tmp"
+    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n")
+    tmp.replace(directory / FEATURES_FILE)
+
+
+def _model_columns(model: Any) -> list[str] | None:
+    names = getattr(model, "feature_names_in_", None)
+    return None if names is None else [str(n) for n in names]
+
+
+def load_predictor(directory: str | Path) -> Predictor:
+    """Load one GPU configuration's predictor and check its schema.
+
+    Raises:
+        PredictorError: a file is missing or unreadable.
+        SchemaError: the models' features differ from the schema, or the schema's version
+            from this opcost's.
+    """
+    directory = Path(directory)
+    path = directory / FEATURES_FILE
+    for name in (FEATURES_FILE, TIME_FILE, POWER_FILE):
+        if not (directory / name).is_file():
+            raise PredictorError(
+                f"{directory}: no {name}; train the predictors first "
+                "(snakemake results/predictors/<gpu>/time.joblib) or pass --predictors DIR"
+            )
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise PredictorError(f"{path}: not readable JSON ({e})") from e
+    if not isinstance(doc, dict) or "schema" not in doc:
+        raise PredictorError(f"{path}: not a features.json written by opcost train")
+    schema = FeatureSchema.from_dict(doc["schema"])
+    check_schema(schema, doc.get("columns", []), str(path))
+    try:
+        time_model = joblib.load(directory / TIME_FILE)
+        power_model = joblib.load(directory / POWER_FILE)
+    except Exception as e:  # unpickling raises many types for a corrupt file
+        raise PredictorError(f"{directory}: cannot load the models ({e}); retrain them") from e
+    for name, model in ((TIME_FILE, time_model), (POWER_FILE, power_model)):
+        if model is None:
+            continue
+        cols = _model_columns(model)
+        if cols is None or not hasattr(model, "predict"):
+            raise PredictorError(f"{directory / name}: not a fitted opcost regressor; retrain")
+        check_schema(schema, cols, str(directory / name))
+    if time_model is None:
+        raise PredictorError(f"{directory / TIME_FILE}: holds no model; retrain")
+    conditions = pd.DataFrame(doc.get("conditions", []))
+    needed = ["setting", "mode", "dtype", "tf32", *CONDITIONS]
+    if conditions.empty or any(c not in conditions.columns for c in needed):
+        raise PredictorError(f"{path}: no trained settings recorded; retrain")
+    conditions = conditions[needed].copy()
+    for c in CONDITIONS:
+        conditions[c] = pd.to_numeric(conditions[c], errors="coerce").astype("float64")
+    conditions["tf32"] = conditions["tf32"].astype(bool)
+    meta = {
+        k: v
+        for k, v in doc.items()
+        if k not in {"schema", "columns", "conditions", "training_ranges", "gpu"}
+    }
+    return Predictor(
+        gpu=str(doc.get("gpu", directory.name)),
+        schema=schema,
+        time_model=time_model,
+        power_model=power_model,
+        conditions=conditions,
+        ranges=doc.get("training_ranges", {}),
+        meta=meta,
+    )
+
+
+def load_predictors(root: str | Path) -> dict[str, Predictor]:
+    """Every predictor under ``root`` (one subdirectory per GPU configuration).
+
+    Raises:
+        PredictorError: ``root`` does not exist or holds no predictor.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise PredictorError(
+            f"{root}: no such predictor directory; train first (snakemake) or pass --predictors DIR"
+        )
+    dirs = sorted(p.parent for p in root.glob(f"*/{FEATURES_FILE}"))
+    if (root / FEATURES_FILE).is_file():
+        dirs = [root]
+    if not dirs:
+        raise PredictorError(
+            f"{root}: holds no trained predictor (no */{FEATURES_FILE}); train first "
+            "(snakemake) or pass --predictors DIR"
+        )
+    return {(p := load_predictor(d)).gpu: p for d in dirs}
+
+
+@dataclass
+class NetworkPrediction:
+    """Predictions for one or more networks over every GPU configuration and setting.
+
+    Attributes:
+        table: one row per network, GPU, setting and mode: ``network``, ``gpu``,
+            ``setting``, ``mode``, ``time_s``, ``power_w``, ``energy_j``, ``edp_js``
+            (energy-delay product, J·s), ``n_ops`` (distinct), ``n_calls``,
+            ``n_extrapolated`` (distinct ops flagged), and ``best_time``,
+            ``best_energy``, ``best_edp`` (bool, per network and mode).
+        best: one row per network, mode and criterion (``time``, ``energy``, ``edp``):
+            ``gpu``, ``setting``, ``value`` (NaN-free rows only).
+        per_op: one row per network, GPU and mode: the energy of choosing the best setting
+            for each op against the best single setting (``status`` says why not).
+        extrapolation: flagged ops: ``network``, ``gpu``, ``op_id``, ``type``,
+            ``count``, ``reason``.
+        op_predictions: every op's prediction (``network``, ``gpu``, ``op_id``,
+            ``setting``, ``mode``, ``count``, ``time_pred_s``, ``power_pred_w``,
+            ``energy_pred_j``).
+    """
+
+    table: pd.DataFrame
+    best: pd.DataFrame
+    per_op: pd.DataFrame
+    extrapolation: pd.DataFrame
+    op_predictions: pd.DataFrame
+
+
+def sum_by_count(pred: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
+    """Network totals from op predictions with a ``count`` column (thesis 4.3).
+
+    ``time_pred_s`` and ``energy_pred_j`` are count-weighted sums, NaN if any op's value
+    is NaN (a sum of the known part would understate the network); ``power_pred_w`` is
+    their ratio (the time-weighted mean power).
+    """
+    columns = ["time_pred_s", "energy_pred_j"]
+    weighted = pred[list(keys)].copy()
+    for c in columns:
+        weighted[c] = pred[c] * pred["count"]
+    grouped = weighted.groupby(list(keys), sort=False)[columns]
+    out = grouped.sum().mask(grouped.agg(lambda s: s.isna().any()).astype(bool))
+    out["power_pred_w"] = out["energy_pred_j"] / out["time_pred_s"]
+    return out.reset_index()
+
+
+def _per_op_choice(pred: pd.DataFrame, predictor: Predictor, network: str) -> list[dict]:
+    rows = []
+    for mode, group in pred.groupby("mode", sort=False):
+        row: dict[str, Any] = {"network": network, "gpu": predictor.gpu, "mode": mode}
+        settings = sorted(set(group["setting"]))
+        energy = group["energy_pred_j"] * group["count"]
+        if predictor.power_model is None:
+            row["status"] = NO_POWER
+        elif len(settings) < 2:
+            row["status"] = f"{NEEDS_SETTINGS} (trained: {', '.join(settings)})"
+        else:
+            totals = energy.groupby(group["setting"]).sum()
+            best_single = str(totals.idxmin())
+            per_op = energy.groupby(group["op_id"]).min().sum()
+            row.update(
+                status="ok",
+                best_single_setting=best_single,
+                best_single_energy_j=float(totals.min()),
+                per_op_energy_j=float(per_op),
+                saving_pct=float(100.0 * (totals.min() - per_op) / totals.min()),
+            )
+        rows.append(row)
+    return rows
+
+
+PER_OP_COLUMNS = [
+    "network",
+    "gpu",
+    "mode",
+    "status",
+    "best_single_setting",
+    "best_single_energy_j",
+    "per_op_energy_j",
+    "saving_pct",
+]
+
+
+def predict_networks(
+    predictors: dict[str, Predictor],
+    ops: pd.DataFrame,
+    modes: Sequence[str] | None = None,
+    progress: bool = False,
+) -> NetworkPrediction:
+    """Predict networks from their op tables on every predictor.
+
+    Args:
+        predictors: GPU configuration -> predictor (:func:`load_predictors`).
+        ops: op table(s) as ``opcost extract`` writes them: ``op_id``, ``spec``,
+            ``count``, and ``model_input`` (the network; one network if absent).
+        modes: modes to predict (default: every mode some predictor was trained for).
+        progress: show a progress bar over the GPU configurations (stderr).
+
+    Raises:
+        PredictorError: a requested mode that no predictor was trained for, or an empty
+            op table.
+    """
+    if ops.empty:
+        raise PredictorError("the network has no operations to predict")
+    ops = ops.copy()
+    if "model_input" not in ops.columns:
+        ops["model_input"] = "network"
+    trained_modes = {m for p in predictors.values() for m in p.modes}
+    if modes is None:
+        modes = [m for m in MODES if m in trained_modes]
+    unknown = sorted(set(modes) - trained_modes)
+    if unknown:
+        raise PredictorError(
+            f"no predictor was trained for mode {unknown[0]!r} "
+            f"(trained: {', '.join(sorted(trained_modes))})"
+        )
+    from tqdm import tqdm
+
+    preds, per_op, flagged = [], [], []
+    for gpu in tqdm(sorted(predictors), desc="predict", unit="gpu", disable=not progress):
+        p = predictors[gpu]
+        gpu_modes = [m for m in modes if m in p.modes]
+        if not gpu_modes:
+            continue
+        op_pred = p.predict_ops(ops, modes=gpu_modes)
+        flags = p.extrapolation(ops)
+        for network, net_ops in ops.groupby("model_input", sort=False):
+            merged = net_ops[["op_id", "count"]].merge(op_pred, on="op_id")
+            merged.insert(0, "network", network)
+            preds.append(merged)
+            per_op += _per_op_choice(merged, p, str(network))
+            f = net_ops[["op_id", "count"]].merge(flags, on="op_id")
+            f.insert(0, "network", network)
+            # Unseen types first, then by calls: the least trustworthy, most weighty first.
+            order = np.lexsort((-f["count"].to_numpy(), f["reason"].to_numpy() != UNSEEN_TYPE))
+            flagged.append(f.iloc[order])
+    op_predictions = pd.concat(preds, ignore_index=True)
+    totals = sum_by_count(op_predictions, ["network", "gpu", "setting", "mode"])
+    shape = ops.groupby("model_input", sort=False).agg(
+        n_ops=("op_id", "nunique"), n_calls=("count", "sum")
+    )
+    extrapolation = pd.concat(flagged, ignore_index=True)[
+        ["network", "gpu", "op_id", "type", "count", "reason"]
+    ]
+    n_flagged = extrapolation.groupby(["network", "gpu"])["op_id"].nunique()
+    table = totals.rename(
+        columns={"time_pred_s": "time_s", "energy_pred_j": "energy_j", "power_pred_w": "power_w"}
+    )[["network", "gpu", "setting", "mode", "time_s", "power_w", "energy_j"]]
+    table["edp_js"] = table["energy_j"] * table["time_s"]
+    table = table.join(shape, on="network")
+    table["n_extrapolated"] = [
+        int(n_flagged.get((n, g), 0)) for n, g in zip(table["network"], table["gpu"], strict=True)
+    ]
+    best_rows = []
+    for criterion, column in (("time", "time_s"), ("energy", "energy_j"), ("edp", "edp_js")):
+        flag = f"best_{criterion}"
+        table[flag] = False
+        for (network, mode), group in table.groupby(["network", "mode"], sort=False):
+            values = group[column].dropna()
+            if values.empty:
+                continue
+            i = values.idxmin()
+            table.loc[i, flag] = True
+            best_rows.append(
+                {
+                    "network": network,
+                    "mode": mode,
+                    "criterion": criterion,
+                    "gpu": table.loc[i, "gpu"],
+                    "setting": table.loc[i, "setting"],
+                    "value": float(values.min()),
+                }
+            )
+    best = pd.DataFrame(
+        best_rows, columns=["network", "mode", "criterion", "gpu", "setting", "value"]
+    )
+    return NetworkPrediction(
+        table=table.sort_values(["network", "mode", "gpu", "setting"], ignore_index=True),
+        best=best,
+        per_op=pd.DataFrame(per_op).reindex(columns=PER_OP_COLUMNS),
+        extrapolation=extrapolation,
+        op_predictions=op_predictions,
+    )
+
+
+def read_ops_table(path: str | Path) -> pd.DataFrame:
+    """An op table from ``opcost extract --out`` or the extract stage (needs ``op_id``, ``spec``,
+    ``count``; ``model_input`` names the network)."""
+    from opcost.tables import read_parquet
+
+    return read_parquet(path, columns=["op_id", "spec", "count"])
+
+
+__all__ = [
+    "NetworkPrediction",
+    "Predictor",
+    "PredictorError",
+    "TreeEnsemble",
+    "SchemaError",
+    "load_predictor",
+    "load_predictors",
+    "predict_networks",
+    "read_ops_table",
+    "save_predictor",
+    "sum_by_count",
+    "training_ranges",
+]

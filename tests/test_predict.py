@@ -1,0 +1,358 @@
+"""Tests for opcost.predict: network sums, best choices, per-op settings, extrapolation, loading.
+
+The arithmetic is checked with stand-in regressors whose predictions are simple formulas of
+the features, so every total, best choice and saving is computed here by hand. Loading and
+extrapolation are checked with a forest trained on the real H100 sample.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import joblib
+import numpy as np
+import pandas as pd
+import pytest
+
+from opcost import spec as specs
+from opcost.features import FEATURES_VERSION, FeatureSchema, SchemaError
+from opcost.predict import (
+    NEEDS_SETTINGS,
+    UNSEEN_TYPE,
+    Predictor,
+    PredictorError,
+    TreeEnsemble,
+    load_predictor,
+    load_predictors,
+    predict_networks,
+    save_predictor,
+    sum_by_count,
+)
+from opcost.train import TrainConfig, fit_predictor, op_rows
+
+DATA = Path(__file__).parent / "data" / "h100"
+LINEAR = "torch.nn.modules.linear.Linear"
+
+
+class FakeTime:
+    """log time = log(input_numel · 1 ns · 1980 MHz / SM clock): time scales with 1/clock."""
+
+    def __init__(self, columns: list[str]) -> None:
+        self.feature_names_in_ = np.array(columns, dtype=object)
+
+    def predict(self, x: pd.DataFrame) -> np.ndarray:
+        return np.log(x["input_numel"] * 1e-9 * 1980.0 / x["sm_clock_mhz"]).to_numpy()
+
+
+class FakePower:
+    """Modules: 100 W + 300 W · clock/1980; functions: 800 W · (clock/1980)^3."""
+
+    def __init__(self, columns: list[str]) -> None:
+        self.feature_names_in_ = np.array(columns, dtype=object)
+
+    def predict(self, x: pd.DataFrame) -> np.ndarray:
+        f = x["sm_clock_mhz"] / 1980.0
+        return np.where(x["is_module"] == 1, 100.0 + 300.0 * f, 800.0 * f**3)
+
+
+def linear_op() -> dict:
+    return {
+        "kind": "module",
+        "type": LINEAR,
+        "attrs": {"in_features": 100, "out_features": 10, "bias": True},
+        "args": [{"__tensor__": 0}],
+        "kwargs": {},
+        "inputs": [{"shape": [10, 100], "dtype": "float32", "param": False}],
+        "outputs": [{"shape": [10, 10], "dtype": "float32"}],
+    }
+
+
+def relu_op() -> dict:
+    return {
+        "kind": "function",
+        "type": "torch.relu",
+        "args": [{"__tensor__": 0}],
+        "kwargs": {},
+        "inputs": [{"shape": [10, 100], "dtype": "float32", "param": False}],
+        "outputs": [{"shape": [10, 100], "dtype": "float32"}],
+    }
+
+
+def op_table(counts=(1, 2), network: str = "net_1x100") -> pd.DataFrame:
+    rows = []
+    for spec, count in zip((linear_op(), relu_op()), counts, strict=True):
+        rows.append(
+            {
+                "model_input": network,
+                "op_id": specs.op_id(spec),
+                "kind": spec["kind"],
+                "type": spec["type"],
+                "spec": specs.canonical_json(spec),
+                "count": count,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def conditions(*clocks: float, modes=("inference",)) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {
+                "setting": "default" if c == 1980 else f"sm{int(c)}",
+                "mode": m,
+                "dtype": "float32",
+                "tf32": True,
+                "sm_clock_mhz": float(c),
+                "mem_clock_mhz": 2619.0,
+                "power_limit_w": 700.0,
+            }
+            for c in clocks
+            for m in modes
+        ]
+    )
+
+
+def fake_predictor(gpu: str, *clocks: float, modes=("inference",)) -> Predictor:
+    schema = FeatureSchema(op_types=(LINEAR, "torch.relu"))
+    cols = schema.columns()
+    ranges = {
+        t: {k: [0.0, 1e12] for k in ("flops", "input_numel", "output_numel")}
+        for t in schema.op_types
+    }
+    return Predictor(
+        gpu, schema, FakeTime(cols), FakePower(cols), conditions(*clocks, modes=modes), ranges
+    )
+
+
+# -- arithmetic, by hand ----------------------------------------------------------------
+
+
+def test_sum_by_count_by_hand():
+    pred = pd.DataFrame(
+        {
+            "k": ["a", "a", "b"],
+            "count": [2, 3, 1],
+            "time_pred_s": [1.0, 2.0, 4.0],
+            "energy_pred_j": [10.0, 20.0, 8.0],
+        }
+    )
+    out = sum_by_count(pred, ["k"]).set_index("k")
+    assert out.loc["a", "time_pred_s"] == 2 * 1 + 3 * 2
+    assert out.loc["a", "energy_pred_j"] == 2 * 10 + 3 * 20
+    assert out.loc["a", "power_pred_w"] == 80 / 8
+    # One unknown energy makes the network's energy unknown, not a partial sum.
+    pred.loc[2, "energy_pred_j"] = np.nan
+    assert math.isnan(sum_by_count(pred, ["k"]).set_index("k").loc["b", "energy_pred_j"])
+
+
+def test_network_totals_best_choices_and_per_op_saving():
+    result = predict_networks({"fake": fake_predictor("fake", 1980, 990)}, op_table((1, 2)))
+    t = result.table.set_index("setting")
+    # Linear (1 call) and ReLU (2 calls), 1000 input elements each: 1 µs at 1980 MHz.
+    t_default, t_slow = 3 * 1e-6, 3 * 2e-6
+    e_default = 1 * 1e-6 * 400 + 2 * 1e-6 * 800  # 100 + 300 W, and 800 W
+    e_slow = 1 * 2e-6 * 250 + 2 * 2e-6 * 100  # 100 + 150 W, and 800/8 W
+    assert t.loc["default", "time_s"] == pytest.approx(t_default)
+    assert t.loc["sm990", "time_s"] == pytest.approx(t_slow)
+    assert t.loc["default", "energy_j"] == pytest.approx(e_default)
+    assert t.loc["sm990", "energy_j"] == pytest.approx(e_slow)
+    assert t.loc["default", "power_w"] == pytest.approx(e_default / t_default)
+    assert t.loc["sm990", "edp_js"] == pytest.approx(e_slow * t_slow)
+    assert (t.loc["default", "n_ops"], t.loc["default", "n_calls"]) == (2, 3)
+    # Fastest at the default clock; least energy and least EDP (2.16e-9 < 6e-9 J·s) at 990.
+    best = result.best.set_index("criterion")
+    assert best.loc["time", "setting"] == "default"
+    assert best.loc["energy", "setting"] == "sm990"
+    assert best.loc["edp", "setting"] == "sm990"
+    assert t["best_time"].tolist() == [True, False]
+    assert t["best_energy"].tolist() == [False, True]
+    # Per op: the Linear is cheaper at the default clock (400 vs 500 µJ), the ReLU at 990
+    # MHz (200 vs 800 µJ per call): 400 + 2·200 = 800 µJ against 900 µJ at sm990.
+    per_op = result.per_op.iloc[0]
+    assert per_op["status"] == "ok"
+    assert per_op["best_single_setting"] == "sm990"
+    assert per_op["per_op_energy_j"] == pytest.approx(800e-6)
+    assert per_op["saving_pct"] == pytest.approx(100 * (900 - 800) / 900)
+    assert result.extrapolation.empty
+
+
+def test_best_choice_across_gpus_and_single_setting_status():
+    predictors = {
+        "fast": fake_predictor("fast", 1980),
+        "slow": fake_predictor("slow", 990),
+    }
+    result = predict_networks(predictors, op_table())
+    best = result.best.set_index("criterion")
+    assert (best.loc["time", "gpu"], best.loc["energy", "gpu"]) == ("fast", "slow")
+    assert len(result.table) == 2
+    for status in result.per_op["status"]:
+        assert status.startswith(NEEDS_SETTINGS)
+    assert result.per_op["saving_pct"].isna().all()
+
+
+def test_several_networks_and_modes():
+    ops = pd.concat([op_table((1, 2), "a_1"), op_table((5, 0), "b_1")], ignore_index=True)
+    p = fake_predictor("fake", 1980, modes=("inference", "training"))
+    result = predict_networks({"fake": p}, ops)
+    t = result.table.set_index(["network", "mode"])
+    assert len(t) == 4
+    assert t.loc[("b_1", "training"), "time_s"] == pytest.approx(5e-6)
+    only = predict_networks({"fake": p}, ops, modes=["training"])
+    assert set(only.table["mode"]) == {"training"}
+    with pytest.raises(PredictorError, match="mode 'training'"):
+        predict_networks({"fake": fake_predictor("fake", 1980)}, ops, modes=["training"])
+    with pytest.raises(PredictorError, match="no operations"):
+        predict_networks({"fake": p}, ops.iloc[:0])
+
+
+def test_save_and_load_round_trip(tmp_path):
+    p = fake_predictor("fake", 1980, 990)
+    save_predictor(p, tmp_path / "fake")
+    loaded = load_predictors(tmp_path)["fake"]
+    pd.testing.assert_frame_equal(loaded.conditions, p.conditions, check_dtype=False)
+    a = predict_networks({"fake": p}, op_table()).table
+    b = predict_networks({"fake": loaded}, op_table()).table
+    pd.testing.assert_frame_equal(a, b)
+
+
+# -- with a forest trained on the real H100 sample ---------------------------------------
+
+
+@pytest.fixture(scope="module")
+def real_rows() -> pd.DataFrame:
+    return op_rows(pd.read_parquet(DATA / "dataset" / "h100.parquet"))
+
+
+@pytest.fixture(scope="module")
+def predictors_dir(tmp_path_factory, real_rows) -> Path:
+    root = tmp_path_factory.mktemp("predictors")
+    save_predictor(fit_predictor(real_rows, TrainConfig(n_estimators=10), "h100"), root / "h100")
+    return root
+
+
+def copy_predictor(src: Path, dst: Path) -> Path:
+    shutil.copytree(src / "h100", dst / "h100")
+    return dst / "h100"
+
+
+def test_real_network_prediction_sums_its_ops(predictors_dir):
+    ops = pd.read_parquet(DATA / "ops" / "resnet18_4x3x64x64.parquet")
+    result = predict_networks(load_predictors(predictors_dir), ops)
+    per_op = result.op_predictions
+    for mode, row in result.table.set_index("mode").iterrows():
+        sel = per_op[per_op["mode"] == mode]
+        assert row["time_s"] == pytest.approx((sel["time_pred_s"] * sel["count"]).sum())
+        assert row["energy_j"] == pytest.approx((sel["energy_pred_j"] * sel["count"]).sum())
+    assert len(per_op) == 2 * len(ops)  # every op, both modes
+    # Every op of resnet18 was in the training data: nothing extrapolates.
+    assert result.extrapolation.empty
+    assert result.per_op["status"].str.startswith(NEEDS_SETTINGS).all()
+
+
+def test_extrapolation_flags_unseen_types_and_sizes(predictors_dir):
+    p = load_predictor(predictors_dir / "h100")
+    known = pd.read_parquet(DATA / "ops" / "vgg11_4x3x64x64.parquet")
+    big = json.loads(known[known["type"] == LINEAR]["spec"].iloc[0])
+    big["inputs"][0]["shape"][0] *= 1000  # a batch far beyond the training data
+    big["outputs"][0]["shape"][0] *= 1000
+    gelu = {**relu_op(), "type": "torch.nn.functional.gelu"}
+    extra = pd.DataFrame(
+        [
+            {"op_id": specs.op_id(s), "spec": specs.canonical_json(s), "count": 1}
+            for s in (big, gelu)
+        ]
+    )
+    flags = p.extrapolation(pd.concat([known, extra], ignore_index=True)).set_index("op_id")
+    assert set(flags.index) == set(extra["op_id"])
+    assert flags.loc[specs.op_id(gelu), "reason"] == UNSEEN_TYPE
+    assert "input_numel" in flags.loc[specs.op_id(big), "reason"]
+    assert "> trained max" in flags.loc[specs.op_id(big), "reason"]
+
+
+def test_unknown_mode_or_setting_is_refused(predictors_dir):
+    p = load_predictor(predictors_dir / "h100")
+    with pytest.raises(PredictorError, match="no setting 'sm1000'"):
+        p.select_conditions(settings=["sm1000"])
+    with pytest.raises(PredictorError, match="no mode 'train'"):
+        p.select_conditions(modes=["train"])
+
+
+def test_missing_predictors_fail_clearly(tmp_path, predictors_dir):
+    with pytest.raises(PredictorError, match="no such predictor directory"):
+        load_predictors(tmp_path / "nowhere")
+    with pytest.raises(PredictorError, match="holds no trained predictor"):
+        load_predictors(tmp_path)
+    d = copy_predictor(predictors_dir, tmp_path / "copy")
+    (d / "power.joblib").unlink()
+    with pytest.raises(PredictorError, match="no power.joblib"):
+        load_predictors(tmp_path / "copy")
+    d = copy_predictor(predictors_dir, tmp_path / "again")
+    (d / "features.json").write_text("{not json")
+    with pytest.raises(PredictorError, match="not readable JSON"):
+        load_predictor(d)
+
+
+def test_corrupt_model_file_fails_clearly(tmp_path, predictors_dir):
+    d = copy_predictor(predictors_dir, tmp_path)
+    (d / "time.joblib").write_bytes(b"garbage")
+    with pytest.raises(PredictorError, match="cannot load the models"):
+        load_predictor(d)
+
+
+def test_incompatible_schema_fails_clearly(tmp_path, predictors_dir, real_rows):
+    # features.json of another encoding version.
+    d = copy_predictor(predictors_dir, tmp_path / "a")
+    doc = json.loads((d / "features.json").read_text())
+    doc["schema"]["version"] = FEATURES_VERSION + 1
+    (d / "features.json").write_text(json.dumps(doc))
+    with pytest.raises(SchemaError, match="features version"):
+        load_predictor(d)
+    # A time model trained without the derived features, next to a schema with them.
+    d = copy_predictor(predictors_dir, tmp_path / "b")
+    other = fit_predictor(real_rows, replace(TrainConfig(n_estimators=2), derived=False), "h100")
+    joblib.dump(other.time_model, d / "time.joblib")
+    with pytest.raises(SchemaError, match="retrain"):
+        load_predictor(d)
+    # A column list that does not match the schema.
+    d = copy_predictor(predictors_dir, tmp_path / "c")
+    doc = json.loads((d / "features.json").read_text())
+    doc["columns"] = doc["columns"][:-1]
+    (d / "features.json").write_text(json.dumps(doc))
+    with pytest.raises(SchemaError, match="differ"):
+        load_predictor(d)
+
+
+# -- the stored tree ensembles -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("regressor", ["random_forest", "extra_trees", "gradient_boosting"])
+def test_tree_ensemble_predicts_as_scikit_learn(real_rows, regressor):
+    from opcost.features import build_schema, encode_features
+    from opcost.train import make_regressor
+
+    schema = build_schema(real_rows["op_type"])
+    x = encode_features(real_rows, schema)
+    y = np.log(real_rows["time_s"].to_numpy())
+    cfg = TrainConfig(regressor=regressor, n_estimators=15, min_samples_leaf=2)
+    model = make_regressor(cfg).fit(x.iloc[:140], y[:140])
+    ensemble = TreeEnsemble.from_sklearn(model)
+    # Unseen rows, and values just off the training values (float32 rounding of thresholds).
+    probe = x.copy()
+    probe["flops"] *= 1 + 1e-7
+    probe["sm_clock_mhz"] = [1400.0, 1980.0] * (len(probe) // 2)
+    np.testing.assert_allclose(ensemble.predict(probe), model.predict(probe), rtol=1e-12)
+    np.testing.assert_allclose(ensemble.predict(x), model.predict(x), rtol=1e-12)
+    with pytest.raises(SchemaError, match="retrain"):
+        ensemble.predict(x.iloc[:, ::-1])
+
+
+def test_tree_ensemble_refuses_other_models():
+    from sklearn.linear_model import LinearRegression
+
+    model = LinearRegression().fit(np.eye(3), [1.0, 2.0, 3.0])
+    with pytest.raises(PredictorError, match="cannot store a LinearRegression"):
+        TreeEnsemble.from_sklearn(model)
