@@ -17,6 +17,8 @@ include: "workflow/rules/extract.smk"
 include: "workflow/rules/profile.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/train.smk"
+include: "workflow/rules/validate.smk"
+include: "workflow/rules/figures.smk"
 
 
 rule all:

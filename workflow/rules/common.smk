@@ -49,7 +49,8 @@ def get_slurm_gpu_model(wildcards):
 
 
 def get_final_outputs(wildcards):
-    return expand("results/dataset/{gpu}.parquet", gpu=STUDY.gpus) + expand(
+    # FIGURE_TARGETS (figures.smk) holds the validation tables' figures and the report's.
+    return FIGURE_TARGETS + expand("results/dataset/{gpu}.parquet", gpu=STUDY.gpus) + expand(
         "results/predictors/{gpu}/{name}",
         gpu=STUDY.gpus,
         name=[

@@ -1,0 +1,380 @@
+"""Tests for opcost.figures and the figure rules.
+
+The figure functions are drawn from the committed real H100 data (tests/data/h100, and the
+probe's power log tests/data/h100_probe); a slow test runs every figure rule through
+Snakemake on that data, builds the report, and shows that changing only the figure style
+reruns only the figure rules.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import matplotlib.image
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from opcost import figures
+from opcost.config import load_study_file
+from opcost.evaluate import evaluate_measurement
+from opcost.figures import FigureError, FigureStyle, render, save_figure, unit_scale
+from opcost.names import parse_setting
+from opcost.powerlog import read_power_log
+from opcost.sweep import SweepConfig, gpu_config, read_power_trace, run_proportionality
+from opcost.validate import (
+    dataset_validation,
+    prediction_networks,
+    prediction_ops,
+    read_network_ops,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+H100 = REPO / "tests" / "data" / "h100"
+NETWORKS = ("resnet18_4x3x64x64", "squeezenet1_1_4x3x64x64", "vgg11_4x3x64x64")
+PDF_MAGIC = b"%PDF-"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _load_docs_script():
+    path = REPO / "workflow" / "scripts" / "figure_docs.py"
+    spec = importlib.util.spec_from_file_location("opcost_figure_docs", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+docs = _load_docs_script()
+
+
+def assert_valid_pdf(path: Path) -> None:
+    data = path.read_bytes()
+    assert data.startswith(PDF_MAGIC), path
+    assert b"%%EOF" in data[-64:], path
+    assert len(data) > 2000, path
+
+
+def assert_valid_png(path: Path) -> np.ndarray:
+    assert path.read_bytes().startswith(PNG_MAGIC), path
+    image = matplotlib.image.imread(path)
+    assert image.shape[0] > 100, path
+    assert image.shape[1] > 100, path
+    # Not a blank page: some pixels are dark.
+    assert (image[..., :3].min(axis=2) < 0.5).mean() > 0.001, path
+    return image
+
+
+@pytest.fixture(scope="module")
+def validation() -> pd.DataFrame:
+    dataset = pd.read_parquet(H100 / "dataset" / "h100.parquet")
+    ops = read_network_ops([H100 / "ops" / f"{n}.parquet" for n in NETWORKS])
+    return dataset_validation(dataset, ops)
+
+
+@pytest.fixture(scope="module")
+def predictions() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Predictions made from the real measurements by a fixed distortion."""
+    dataset = pd.read_parquet(H100 / "dataset" / "h100.parquet")
+    rng = np.random.default_rng(0)
+    ops = dataset[dataset["kind"] == "op"][
+        ["gpu", "setting", "mode", "op_id", "op_type", "time_s", "power_w", "energy_j"]
+    ].copy()
+    ops["time_pred_s"] = ops["time_s"] * rng.lognormal(0, 0.2, len(ops))
+    ops["power_pred_w"] = ops["power_w"] * rng.lognormal(0, 0.03, len(ops))
+    ops["energy_pred_j"] = ops["time_pred_s"] * ops["power_pred_w"]
+    nets = dataset[dataset["kind"] == "network"][
+        ["model_input", "setting", "mode", "time_s", "energy_j"]
+    ].copy()
+    nets["time_pred_s"] = nets["time_s"] * 1.2
+    nets["energy_pred_j"] = nets["energy_j"] * 1.1
+    nets["power_pred_w"] = nets["energy_pred_j"] / nets["time_pred_s"]
+    nets["n_ops"] = 30
+    nets["n_ops_unseen"] = [0, 2, 0, 0, 2, 0]
+    return prediction_ops([ops]), prediction_networks({"h100": nets})
+
+
+def test_targets_include_the_settings_figure_only_with_several_settings():
+    study = load_study_file(REPO / "tests/data/configs/tiny.yaml", check_models=False)
+    targets = figures.figure_targets(study)
+    assert "results/validation/dataset_validation.parquet" in targets
+    assert "results/figures/validation_small.pdf" in targets
+    assert "results/figures/prediction_networks.png" in targets
+    assert not [t for t in targets if "settings" in t or "proportionality" in t]
+    two = dataclasses.replace(
+        study.gpus["cpu"], settings=(parse_setting("default"), parse_setting("sm1410"))
+    )
+    more = dataclasses.replace(study, gpus={"cpu": two})
+    assert "results/figures/settings.pdf" in figures.figure_targets(more)
+
+
+def test_style_comes_from_the_config():
+    assert figures.style_from_config({}) == FigureStyle(dpi=150, font_size=10.0)
+    style = figures.style_from_config({"figures": {"dpi": 80, "font_size": 12}})
+    assert style == FigureStyle(dpi=80, font_size=12.0)
+
+
+def test_unit_scale_picks_readable_prefixes():
+    assert unit_scale([0.0021, 0.0135], "s") == (1000.0, "ms")
+    assert unit_scale([2.5e-6], "s") == pytest.approx((1e6, "µs"))
+    assert unit_scale([0.3, 2.1], "J") == (1.0, "J")
+    assert unit_scale([np.nan], "J") == (1.0, "J")
+
+
+def test_channel_drops_what_the_evaluation_drops():
+    """The startup figure's 3σ channel is the evaluation's filter (3.1)-(3.3)."""
+    base = H100 / "raw/h100/default/inference/networks/vgg11_4x3x64x64"
+    row = evaluate_measurement(base.with_suffix(".json"), base.with_suffix(".csv"))
+    record = json.loads(base.with_suffix(".json").read_text())
+    log = read_power_log(base.with_suffix(".csv"))
+    local_s = log.samples["timestamp"].to_numpy("datetime64[us]").astype(np.int64) / 1e6
+    unix_s = local_s - record["utc_offset_s"]
+    inside = (unix_s >= record["timed_start_unix_s"]) & (unix_s <= record["timed_end_unix_s"])
+    power = log.samples[log.power_field].to_numpy()[inside]
+    mean, sigma, keep = figures.channel(power)
+    assert len(power) == row["n_power_samples"]
+    assert int((~keep).sum()) == row["n_filtered_out"]
+    assert power[keep].mean() == pytest.approx(row["power_w"])
+    assert mean == pytest.approx(row["power_unfiltered_w"])
+    assert sigma == pytest.approx(row["sigma_power_unfiltered_w"])
+
+
+@pytest.mark.parametrize("size_class", ["small", "large"])
+def test_validation_figure_from_real_data(tmp_path, validation, size_class):
+    style = FigureStyle(dpi=50)
+    fig = figures.validation_figure(validation, size_class, style)
+    # One row per mode (one GPU configuration), time and energy side by side.
+    assert len(fig.axes) == 2 * 2
+    assert "energy per iteration" in fig.axes[1].get_ylabel()
+    assert fig.axes[0].get_ylabel() == "time per iteration [ms]"
+    save_figure(fig, tmp_path / "v.pdf", tmp_path / "v.png", style)
+    assert_valid_pdf(tmp_path / "v.pdf")
+    image = assert_valid_png(tmp_path / "v.png")
+    width_in, height_in = fig.get_size_inches()
+    assert image.shape[1] == pytest.approx(width_in * 50, abs=1)
+    assert image.shape[0] == pytest.approx(height_in * 50, abs=1)
+
+
+def test_validation_figure_rejects_an_unknown_size_class(validation):
+    with pytest.raises(FigureError, match="size_class"):
+        figures.validation_figure(validation, "medium")
+
+
+def test_energy_panels_say_when_there_is_no_power(validation):
+    cpu = validation.assign(
+        energy_sum_j=np.nan, energy_measured_j=np.nan, sigma_energy_measured_j=np.nan
+    )
+    fig = figures.validation_figure(cpu, "large")
+    texts = [t.get_text() for t in fig.axes[1].texts]
+    assert any("no power data (CPU" in t for t in texts)
+    fig = figures.network_energy_figure(cpu)
+    assert any("no power data (CPU" in t.get_text() for ax in fig.axes for t in ax.texts)
+
+
+def test_settings_figure_with_one_and_with_several_settings(tmp_path, validation):
+    one = figures.settings_figure(validation)
+    assert any("one GPU setting" in t.get_text() for ax in one.axes for t in ax.texts)
+    more = [validation]
+    for setting, slower, clock in (("sm990", 1.8, 990), ("pl300", 1.1, 1800)):
+        more.append(
+            validation.assign(
+                setting=setting,
+                time_measured_s=validation["time_measured_s"] * slower,
+                sm_clock_mhz=clock,
+            )
+        )
+    fig = figures.settings_figure(pd.concat(more, ignore_index=True))
+    labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    # default first, then locked clocks, then power limits; each with its measured clock.
+    assert [label.split("\n")[0] for label in labels] == ["default", "sm990", "pl300"]
+    assert labels[1].endswith("990 MHz")
+    save_figure(fig, tmp_path / "s.pdf", tmp_path / "s.png", FigureStyle(dpi=50))
+    assert_valid_png(tmp_path / "s.png")
+
+
+@pytest.mark.parametrize(
+    ("name", "table"),
+    [
+        ("prediction_ops", "ops"),
+        ("prediction_errors", "ops"),
+        ("prediction_op_types", "ops"),
+        ("prediction_networks", "networks"),
+    ],
+)
+def test_prediction_figures_render_from_files(tmp_path, predictions, name, table):
+    ops, networks = predictions
+    ops.to_parquet(tmp_path / "ops.parquet")
+    networks.to_parquet(tmp_path / "networks.parquet")
+    inputs = {table: str(tmp_path / f"{table}.parquet")}
+    render(name, inputs, tmp_path / f"{name}.pdf", tmp_path / f"{name}.png", FigureStyle(dpi=50))
+    assert_valid_pdf(tmp_path / f"{name}.pdf")
+    assert_valid_png(tmp_path / f"{name}.png")
+
+
+def test_prediction_scatter_names_its_error(predictions):
+    ops, _ = predictions
+    fig = figures.prediction_ops_figure(ops)
+    time_panel = fig.axes[0]
+    rows = ops[ops["mode"] == "inference"]
+    mape = np.mean(np.abs(rows["time_pred_s"] / rows["time_s"] - 1)) * 100
+    assert any(f"MAPE {mape:.1f}%" in t.get_text() for t in time_panel.texts)
+    assert time_panel.get_xscale() == "log"
+
+
+def test_power_figures_from_the_real_probe_log(tmp_path):
+    gpu_dir = tmp_path / "sweep"
+    docs.probe_power_trace("h100", gpu_dir / "t.csv", gpu_dir / "t.json")
+    trace = read_power_trace(gpu_dir / "t.csv", gpu_dir / "t.json")
+    assert trace.samples is not None
+    # probe.log: the first loop starts 6.7 s into the log; its power climbs above 600 W.
+    run = trace.events[trace.events["phase"] == "run"].iloc[0]
+    during = trace.samples["unix_s"].between(run.start_unix_s + 1, run.end_unix_s)
+    assert trace.samples.loc[during, "power_w"].median() > 600
+    for name in ("power_trace", "startup_effect"):
+        inputs = {"csv": str(gpu_dir / "t.csv"), "record": str(gpu_dir / "t.json")}
+        render(
+            name, inputs, tmp_path / f"{name}.pdf", tmp_path / f"{name}.png", FigureStyle(dpi=50)
+        )
+        assert_valid_pdf(tmp_path / f"{name}.pdf")
+        assert_valid_png(tmp_path / f"{name}.png")
+
+
+def test_power_figures_without_power_say_so(tmp_path):
+    (tmp_path / "t.csv").write_text("# no power log: device is cpu, time only\n")
+    (tmp_path / "t.json").write_text(
+        json.dumps({"schema_version": 1, "kind": "power_trace", "power_available": False})
+    )
+    trace = read_power_trace(tmp_path / "t.csv", tmp_path / "t.json")
+    for draw in (figures.power_trace_figure, figures.startup_figure):
+        fig = draw(trace)
+        assert any("no power data (CPU" in t.get_text() for ax in fig.axes for t in ax.texts)
+
+
+def test_proportionality_figure_marks_the_fit_and_the_threshold(tmp_path):
+    # Proportional at 1 ms per iteration except two short runs with a 0.5 ms fixed cost.
+    iterations = [1, 3, *range(100, 1300, 100)]
+    measurements = [
+        {"repeat": 0, "min_run_time_s": 0.0, "iterations": n,
+         "total_time_s": 1e-3 * n * (1 + 1e-4 * (-1) ** k) + (5e-4 if n < 10 else 0.0)}
+        for k, n in enumerate(iterations)
+    ]  # fmt: skip
+    record = {"schema_version": 1, "kind": "proportionality", "measurements": measurements}
+    fig = figures.proportionality_figure(record)
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert any(t.startswith("fit t = a·N, a = 1 ms") for t in legend)
+    assert any("proportionality breaks below 3.5 ms" in t for t in legend)
+    save_figure(fig, tmp_path / "p.pdf", tmp_path / "p.png", FigureStyle(dpi=50))
+    assert_valid_pdf(tmp_path / "p.pdf")
+
+
+def test_pdf_is_reproducible(tmp_path, validation):
+    for k in range(2):
+        fig = figures.network_energy_figure(validation)
+        save_figure(fig, tmp_path / f"{k}.pdf", tmp_path / f"{k}.png", FigureStyle(dpi=50))
+    assert (tmp_path / "0.pdf").read_bytes() == (tmp_path / "1.pdf").read_bytes()
+
+
+def test_unknown_figure_and_missing_input_are_errors(tmp_path):
+    with pytest.raises(FigureError, match="unknown figure"):
+        render("nope", {}, tmp_path / "a.pdf", tmp_path / "a.png")
+    with pytest.raises(FigureError, match="validation"):
+        render("network_energy", {}, tmp_path / "a.pdf", tmp_path / "a.png")
+
+
+# --- the figure rules through Snakemake ------------------------------------------------
+
+FIGURES = (*docs.SAMPLE_FIGURES, "proportionality")
+
+
+def ran_rules(output: str) -> dict[str, int]:
+    """The 'Job stats' table Snakemake prints before running: rule -> jobs."""
+    if "Job stats:" not in output:
+        return {}
+    table = output.split("Job stats:")[1].split("\n\n")[0]
+    return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)}
+
+
+@pytest.mark.slow
+def test_figure_rules_on_real_data_and_a_style_change_reruns_only_them(tmp_path):
+    work = tmp_path / "work"
+    config = docs.prepare_workdir(work, figures={"dpi": 60, "font_size": 10})
+    gpu = next(iter(yaml.safe_load(config.read_text())["gpus"]))
+    # The proportionality sweep, measured here on the CPU (a GPU run is the lead's).
+    sweep = SweepConfig(input=(2, 3, 32, 32), longest_run_s=0.012, points=6, short_points=1)
+    cpu = gpu_config(gpu, {"device": "cpu", "tf32": True, "dtype": "float32"})
+    profile = {"min_run_time_s": 0.02, "warmup_s": 0.005, "max_block_size": 4}
+    run_proportionality(cpu, profile, sweep, work / f"results/sweep/{gpu}/proportionality.json")
+    targets = [f"results/figures/{name}.{ext}" for name in FIGURES for ext in ("pdf", "png")]
+
+    first = docs.run_snakemake(work, config, targets)
+    assert first.returncode == 0, first.stderr[-5000:]
+    first_rules = ran_rules(first.stderr + first.stdout)
+    assert first_rules.get("validate_dataset") == 1
+    assert not {"evaluate", "profile_op", "profile_network", "extract"} & set(first_rules)
+    widths = {}
+    for name in FIGURES:
+        assert_valid_pdf(work / f"results/figures/{name}.pdf")
+        widths[name] = assert_valid_png(work / f"results/figures/{name}.png").shape[1]
+    table = pd.read_parquet(work / "results/validation/dataset_validation.parquet")
+    assert len(table) == 12
+
+    report = docs.run_snakemake(work, config, targets, "--report", str(work / "report.html"))
+    assert report.returncode == 0, report.stderr[-3000:]
+    html = (work / "report.html").read_text()
+    for name in FIGURES:
+        assert f"{name}.png" in html
+    assert "Summed operations against measured whole networks, small" in html  # caption
+
+    restyled = (
+        config.read_text().replace("dpi: 60", "dpi: 50").replace("font_size: 10", "font_size: 8")
+    )
+    config.write_text(restyled)
+    second = docs.run_snakemake(work, config, targets)
+    assert second.returncode == 0, second.stderr[-5000:]
+    rules = ran_rules(second.stderr + second.stdout)
+    assert rules, second.stderr[-3000:]
+    assert set(rules) - {"total"} == {
+        f"figure_{name}" for name in FIGURES if not name.startswith("validation_")
+    } | {"figure_validation"}
+    assert rules["figure_validation"] == 2
+    for name in FIGURES:
+        width = assert_valid_png(work / f"results/figures/{name}.png").shape[1]
+        assert width == pytest.approx(widths[name] * 50 / 60, abs=2)
+
+
+@pytest.mark.slow
+def test_sweep_rules_run_on_the_cpu(tmp_path):
+    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+    if "sweep" not in schema["properties"]:
+        pytest.skip("the config schema has no sweep section yet (see the issue-6 report)")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "Snakefile").write_text(docs.scratch_snakefile(REPO))
+    config = yaml.safe_load((REPO / "tests/data/configs/tiny.yaml").read_text())
+    config["sweep"] = {
+        "input": [2, 3, 32, 32],
+        "longest_run_s": 0.03,
+        "points": 6,
+        "short_points": 1,
+        "repeats": 1,
+        "idle_s": 0.05,
+        "run_s": 0.02,
+        "cycles": 2,
+        "overlay_runs": 2,
+    }
+    path = work / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    names = ("proportionality", "power_trace", "startup_effect")
+    targets = [f"results/figures/{name}.pdf" for name in names]
+    run = docs.run_snakemake(work, path, targets)
+    assert run.returncode == 0, run.stderr[-5000:]
+    assert ran_rules(run.stderr + run.stdout)["sweep_power_trace"] == 1
+    record = json.loads((work / "results/sweep/cpu/power_trace.json").read_text())
+    assert record["power_available"] is False
+    for name in names:
+        assert_valid_pdf(work / f"results/figures/{name}.pdf")
+        assert_valid_png(work / f"results/figures/{name}.png")

@@ -1,0 +1,47 @@
+# Validation (thesis chapter 5): summed operations against measured whole networks, and
+# predictions against measurements. Tables under results/validation/; the figures that
+# show them are in figures.smk. No rule here takes the figure style, so restyling a
+# figure reruns only the figure rules.
+
+
+rule validate_dataset:
+    input:
+        datasets=expand("results/dataset/{gpu}.parquet", gpu=STUDY.gpus),
+        ops=expand("results/ops/{model_input}.parquet", model_input=MODEL_INPUTS),
+    output:
+        table="results/validation/dataset_validation.parquet",
+        summary=report(
+            "results/validation/dataset_validation.csv",
+            caption="../report/dataset_validation.rst",
+            category="Dataset validation",
+        ),
+    log:
+        "logs/validate/dataset.log",
+    script:
+        "../scripts/validate_dataset.py"
+
+
+rule validate_predictions:
+    input:
+        holdout=expand(
+            "results/predictors/{gpu}/holdout_predictions.parquet", gpu=STUDY.gpus
+        ),
+        networks=expand(
+            "results/predictors/{gpu}/network_predictions.parquet", gpu=STUDY.gpus
+        ),
+    output:
+        ops="results/validation/prediction_ops.parquet",
+        networks="results/validation/prediction_networks.parquet",
+        metrics="results/validation/prediction_metrics.parquet",
+        summary=report(
+            "results/validation/prediction_metrics.csv",
+            caption="../report/prediction_metrics.rst",
+            category="Prediction accuracy",
+        ),
+    log:
+        "logs/validate/predictions.log",
+    params:
+        # The network predictions name their GPU configuration by path only.
+        gpus=list(STUDY.gpus),
+    script:
+        "../scripts/validate_predictions.py"

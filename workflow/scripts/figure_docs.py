@@ -1,0 +1,263 @@
+"""Build the README's figures from the committed real H100 data (run by hand, not a rule).
+
+Usage, from the repository root::
+
+    python workflow/scripts/figure_docs.py            # writes docs/figures/*.png
+    python workflow/scripts/figure_docs.py --keep DIR # and keeps the working directory
+
+It copies the real H100 sample (``tests/data/h100``: raw logs, operations, dataset) into a
+scratch working directory, runs ``snakemake`` for the figures with
+``config/h100-sample.yaml``, and copies the PNGs named in :data:`DOCS_FIGURES` to
+``docs/figures/``. The method figures need the sweep rules run on a GPU
+(docs/validation.md); once their outputs are copied to ``tests/data/h100/sweep/``
+(``proportionality.json``, ``power_trace.csv``, ``power_trace.json``) they are used. Until
+then the power figures show the real power log of the H100 probe
+(``tests/data/h100_probe``: three 1-s matmul loops 0.7 s apart) and the proportionality
+figure is not built.
+
+``tests/test_figures.py`` builds its working directory with :func:`prepare_workdir`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE = REPO / "tests" / "data" / "h100"
+#: Where the GPU run's sweep outputs go, when there are some (``results/sweep/{gpu}/``).
+SAMPLE_SWEEP = SAMPLE / "sweep"
+PROBE = REPO / "tests" / "data" / "h100_probe"
+SAMPLE_CONFIG = REPO / "config" / "h100-sample.yaml"
+#: Figures built from the sample (the proportionality sweep needs a GPU run).
+SAMPLE_FIGURES = (
+    "validation_small",
+    "validation_large",
+    "network_energy",
+    "settings",
+    "prediction_ops",
+    "prediction_errors",
+    "prediction_op_types",
+    "prediction_networks",
+    "power_trace",
+    "startup_effect",
+)
+#: The PNGs committed under docs/figures/ and shown in the README section.
+DOCS_FIGURES = (
+    "validation_small",
+    "validation_large",
+    "network_energy",
+    "power_trace",
+    "startup_effect",
+    "prediction_ops",
+    "prediction_networks",
+    "proportionality",
+)
+#: The probe's three matmul loops, (start, end) in unix seconds, from probe.log line
+#: ``[[1795340491.1656625, 1795340513.9351466, ...], ...]`` (GPU busy until the end: the
+#: loop queued 1 s of launches, then synchronised).
+PROBE_LOOPS_UNIX_S = (
+    (1795340491.1656625, 1795340513.9351466),
+    (1795340514.6380308, 1795340537.4357774),
+    (1795340538.138641, 1795340561.0261881),
+)
+
+
+def scratch_snakefile(repo: Path, schema: Path | None = None) -> str:
+    """The repository's Snakefile with absolute paths, including the stages it lacks yet."""
+    text = (repo / "Snakefile").read_text()
+    text = re.sub(r'"(workflow/|config/)', lambda m: f'"{repo}/{m[1]}', text)
+    if schema is not None:
+        text = text.replace(f'"{repo}/workflow/schemas/config.schema.yaml"', f'"{schema}"')
+    for stage in ("train", "validate", "figures"):
+        if f"rules/{stage}.smk" not in text:
+            include = f'include: "{repo}/workflow/rules/{stage}.smk"\n'
+            text = text.replace("\n\nrule all:", f"\n{include}\n\nrule all:", 1)
+    return text
+
+
+def _log_span_unix_s(csv_path: Path) -> tuple[float, float]:
+    """First and last timestamp of an nvidia-smi log recorded in UTC, unix seconds."""
+    lines = [line for line in csv_path.read_text().splitlines()[1:] if line.strip()]
+    stamps = [
+        datetime.strptime(line.split(",")[0], "%Y/%m/%d %H:%M:%S.%f").replace(tzinfo=UTC)
+        for line in (lines[0], lines[-1])
+    ]
+    return stamps[0].timestamp(), stamps[1].timestamp()
+
+
+def probe_power_trace(gpu: str, csv_path: Path, json_path: Path) -> None:
+    """The probe's real power log as the power-trace sweep's output (CSV copied untouched).
+
+    Its three loops are both the alternating runs and the overlaid runs; they were 0.7 s
+    apart, not back to back, and had no warm-up: each run's timed region is all of it.
+    """
+    csv_path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(PROBE / "trace.csv", csv_path)
+    first, end = _log_span_unix_s(PROBE / "trace.csv")
+    events = []
+    previous = first
+    for k, (start, stop) in enumerate(PROBE_LOOPS_UNIX_S):
+        events.append(
+            {
+                "part": "alternating",
+                "index": k,
+                "phase": "idle",
+                "start_unix_s": previous,
+                "end_unix_s": start,
+            }
+        )
+        run = {
+            "index": k,
+            "phase": "run",
+            "start_unix_s": start,
+            "end_unix_s": stop,
+            "timed_start_unix_s": start,
+            "timed_end_unix_s": stop,
+        }
+        events.append({"part": "alternating", **run})
+        previous = stop
+    events.append(
+        {
+            "part": "alternating",
+            "index": len(PROBE_LOOPS_UNIX_S),
+            "phase": "idle",
+            "start_unix_s": previous,
+            "end_unix_s": end,
+        }
+    )
+    events += [{**e, "part": "overlay"} for e in events if e["phase"] == "run"]
+    record = {
+        "schema_version": 1,
+        "kind": "power_trace",
+        "source": "tests/data/h100_probe (probe.sh): three 1-s loops of an 8192x8192 matmul",
+        "gpu": gpu,
+        "setting": "default",
+        "mode": "inference",
+        "model_input": "probe.sh",
+        "op_type": "torch.matmul",
+        "spec": {"inputs": [{"shape": [8192, 8192]}, {"shape": [8192, 8192]}]},
+        "device": "cuda",
+        "gpu_name": "NVIDIA H100 80GB HBM3",
+        "driver_version": "580.159.04",
+        "power_available": True,
+        "power_interval_ms": 20,
+        "utc_offset_s": 0,  # probe.log: tz 0 ('UTC', 'UTC')
+        "events": events,
+    }
+    json_path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+
+
+def prepare_workdir(workdir: Path, repo: Path = REPO, figures: dict | None = None) -> Path:
+    """A working directory holding the real sample as if the pipeline had produced it.
+
+    Raw logs, operation tables and the dataset are copied from ``tests/data/h100`` with
+    modification times in pipeline order (raw, then ops, then the dataset), so that
+    Snakemake reruns none of them. The sweep outputs are those of ``tests/data/h100/sweep``
+    where it exists, else the probe's power log as the power-trace sweep's. Returns the
+    config file to run with: ``config/h100-sample.yaml`` plus the ``figures`` section given.
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "Snakefile").write_text(scratch_snakefile(repo))
+    results = workdir / "results"
+    shutil.copytree(SAMPLE / "raw", results / "raw", dirs_exist_ok=True)
+    shutil.copytree(SAMPLE / "ops", results / "ops", dirs_exist_ok=True)
+    shutil.copytree(SAMPLE / "dataset", results / "dataset", dirs_exist_ok=True)
+    config = yaml.safe_load(SAMPLE_CONFIG.read_text())
+    gpu = next(iter(config["gpus"]))
+    sweep_dir = results / "sweep" / gpu
+    if (SAMPLE_SWEEP / "power_trace.json").exists():
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        for path in SAMPLE_SWEEP.glob("*.*"):
+            shutil.copyfile(path, sweep_dir / path.name)
+    else:
+        probe_power_trace(gpu, sweep_dir / "power_trace.csv", sweep_dir / "power_trace.json")
+    # Newer than every script (a script rule reruns when its script is newer than its
+    # outputs), in pipeline order among themselves.
+    t0 = time.time() - 60
+    stages = [
+        [p for p in (results / "raw").rglob("*") if p.is_file()],
+        [*sweep_dir.glob("*.*")],
+        [p for p in (results / "ops").glob("*.parquet") if p.name != "unique.parquet"],
+        [results / "ops" / "unique.parquet"],
+        [*(results / "dataset").glob("*.parquet")],
+    ]
+    for k, paths in enumerate(stages):
+        for path in paths:
+            os.utime(path, (t0 + 10 * k, t0 + 10 * k))
+    if figures:
+        config["figures"] = figures
+    config_path = workdir / "config.yaml"
+    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return config_path
+
+
+def run_snakemake(
+    workdir: Path, config: Path, targets: list[str], *extra: str, repo: Path = REPO
+) -> subprocess.CompletedProcess[str]:
+    """Run Snakemake on ``workdir`` from the repository root (its default profile applies)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo / "tests"), str(repo / "src")])}
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-s",
+            str(workdir / "Snakefile"),
+            "--directory",
+            str(workdir),
+            "--configfile",
+            str(config),
+            "--cores",
+            "2",
+            *extra,
+            *targets,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=repo,
+        env=env,
+        check=False,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--keep", type=Path, help="working directory to use and keep")
+    parser.add_argument("--dpi", type=int, default=110, help="PNG resolution (default 110)")
+    args = parser.parse_args(argv)
+    workdir = args.keep or Path(tempfile.mkdtemp(prefix="opcost-docs-"))
+    config = prepare_workdir(workdir, figures={"dpi": args.dpi, "font_size": 10})
+    names = list(SAMPLE_FIGURES)
+    if (SAMPLE_SWEEP / "proportionality.json").exists():
+        names.append("proportionality")
+    targets = [f"results/figures/{name}.png" for name in names]
+    run = run_snakemake(workdir, config, targets)
+    if run.returncode != 0:
+        sys.stderr.write(run.stderr[-6000:])
+        return run.returncode
+    out = REPO / "docs" / "figures"
+    out.mkdir(parents=True, exist_ok=True)
+    for name in [n for n in DOCS_FIGURES if n in names]:
+        shutil.copyfile(workdir / "results" / "figures" / f"{name}.png", out / f"{name}.png")
+        print(f"docs/figures/{name}.png")
+    if args.keep is None:
+        shutil.rmtree(workdir)
+    else:
+        print(f"working directory: {workdir}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

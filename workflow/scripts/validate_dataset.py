@@ -1,0 +1,17 @@
+"""Summed operations against measured whole networks (rule validate_dataset)."""
+
+import pandas as pd
+
+from opcost.tables import read_parquet, write_parquet_atomic
+from opcost.validate import dataset_validation, read_network_ops, validation_summary
+
+sm = snakemake  # noqa: F821 (injected by Snakemake)
+dataset = pd.concat([read_parquet(p) for p in sm.input.datasets], ignore_index=True)
+table = dataset_validation(dataset, read_network_ops(sm.input.ops))
+write_parquet_atomic(table, sm.output.table)
+validation_summary(table).to_csv(sm.output.summary, index=False)
+with open(sm.log[0], "w") as log:
+    all_ops = table[table["ops_included"] == "all"]
+    log.write(
+        f"{len(all_ops)} network comparisons, {int((~all_ops['complete']).sum())} incomplete\n"
+    )
