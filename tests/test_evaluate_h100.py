@@ -106,3 +106,37 @@ def test_nvml_counter_and_formula_energy_agree_on_the_real_sample():
     assert rel.abs().max() < 0.10
     integrated = d["energy_integrated_j"] / d["energy_j"] - 1
     assert integrated.abs().median() < 0.001
+
+
+def test_window_shorter_than_polling_keeps_time_and_flags_power():
+    """Real H100 job with a 20 ms window between two 20 ms polls: no sample inside it."""
+    prefix = "tests/data/h100_short_window/3ebdd5f0ee3bb8cb"
+    row = evaluate_measurement(f"{prefix}.json", f"{prefix}.csv")
+    with open(f"{prefix}.json") as f:
+        record = json.load(f)
+    assert row["time_s"] == pytest.approx(record["total_time_s"] / record["iterations"])
+    assert np.isnan(row["power_w"])
+    assert np.isnan(row["energy_j"])
+    assert row["low_power_samples"]
+    assert row["n_power_samples"] == 0
+
+
+def test_whole_job_log_spans_the_measurement():
+    """The second nvidia-smi log (thesis 3.3) covers the job's timed window."""
+    prefix = "tests/data/h100_short_window/3ebdd5f0ee3bb8cb"
+    with open(f"{prefix}.json") as f:
+        record = json.load(f)
+    with open(f"{prefix}.job-log.csv") as f:
+        lines = f.read().splitlines()
+    assert lines[0].startswith("timestamp, power.draw [W]")
+    stamps = [
+        dt.datetime.strptime(line.split(",")[0], "%Y/%m/%d %H:%M:%S.%f")
+        .replace(tzinfo=dt.UTC)
+        .timestamp()
+        - record["utc_offset_s"]
+        for line in lines[1:]
+    ]
+    # Within one polling interval (nvidia-smi's first sample comes ~25 ms after its start).
+    assert stamps[0] <= record["timed_start_unix_s"] + 0.05
+    assert stamps[-1] >= record["timed_end_unix_s"] - 0.05
+    assert record["started_unix_s"] <= stamps[0] <= stamps[-1] <= record["finished_unix_s"]

@@ -557,6 +557,14 @@ def _power_columns(
     n = int(in_window.sum())
     if n == 0:
         first, last = (local_us[[0, -1]] / 1e6 - utc_offset_s).tolist()
+        if first <= end:
+            # The logger ran through the window (a logger that died fails its job), but the
+            # window is shorter than the polling interval: no sample fell inside. Time
+            # stands; power is unknown, and the row is flagged.
+            row = _time_only_power_columns()
+            row.update(power_field=log.power_field, low_power_samples=True)
+            row.update(n_rows_total=log.n_rows_total, n_rows_dropped=log.n_rows_dropped)
+            return row
         raise PowerLogError(
             f"power log {log.path} has no usable row in the timed window "
             f"[{start:.3f}, {end:.3f}] s (unix) of {json_path}; the log's usable rows span "

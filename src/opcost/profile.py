@@ -117,9 +117,18 @@ def _gpu_facts(uuid: str) -> tuple[Any, tuple[str, ...]]:
 
 @contextlib.contextmanager
 def _power_log(
-    csv_path: Path, device: str, setting: Setting, profile_config: dict[str, Any], record: dict
+    csv_path: Path,
+    device: str,
+    setting: Setting,
+    profile_config: dict[str, Any],
+    record: dict,
+    job_log_path: Path | None = None,
 ) -> Iterator[Any]:
-    """Setting applied, nvidia-smi logging to a temporary file, the energy counter open."""
+    """Setting applied, nvidia-smi logging to a temporary file, the energy counter open.
+
+    With ``job_log_path``, a second nvidia-smi log covers the whole job, the setting's
+    change and restoration included (thesis 3.3: for investigating anomalies later).
+    """
     tmp_csv = csv_path.with_name(f".{csv_path.name}.tmp-{os.getpid()}")
     if device != "cuda":
         record.update(power_available=False, power_fields=[])
@@ -144,7 +153,15 @@ def _power_log(
     )
     command = tuple(profile_config.get("setting_command", ("opcost-gpu-setting",)))
     try:
+        job_log = (
+            nvsmi.PowerLogger(
+                job_log_path, uuid, fields, record["power_interval_ms"], start_grace_s=0
+            )
+            if job_log_path is not None
+            else contextlib.nullcontext()
+        )
         with (
+            job_log,
             gpu_setting.applied_setting(setting, uuid, command),
             # No start-up grace: the warm-up covers nvidia-smi's start, and a logger that
             # died is still caught when it is stopped (0.25 s per job saved).
@@ -169,9 +186,11 @@ def profile_job(
     spec: dict[str, Any] | None = None,
     model_input: ModelInput | None = None,
     op_id: str | None = None,
+    job_log_path: str | Path | None = None,
 ) -> dict[str, Any]:
     """Measure one op (``kind="op"``, with ``spec``) or network (``kind="network"``).
 
+    ``job_log_path``: where the whole-job nvidia-smi log goes (GPU only; under ``logs/``).
     Returns the record written to ``json_path``.
     """
     csv_path, json_path = Path(csv_path), Path(json_path)
@@ -203,7 +222,8 @@ def profile_job(
     harness.configure_numerics(opts)
     workload = None
     try:
-        with _power_log(csv_path, opts.device, setting, profile_config, record) as read_mj:
+        job_log = Path(job_log_path) if job_log_path else None
+        with _power_log(csv_path, opts.device, setting, profile_config, record, job_log) as read_mj:
             try:
                 if kind == "op":
                     workload = harness.prepare_op(spec, opts)

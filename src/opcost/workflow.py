@@ -89,11 +89,12 @@ def run_profile(
         spec=json.loads(spec_json) if spec_json else None,
         op_id=getattr(wildcards, "op_id", None),
         model_input=study.model_input(wildcards.model_input) if kind == "network" else None,
+        job_log_path=log.nvsmi,
     )
     summary = {
         k: record.get(k)
         for k in ("status", "failure_reason", "device", "iterations", "total_time_s", "block_size")
     }
     summary["job_wall_s"] = round(time.time() - started, 3)
-    Path(log[0]).parent.mkdir(parents=True, exist_ok=True)
-    Path(log[0]).write_text(json.dumps(summary) + "\n")
+    Path(log.job).parent.mkdir(parents=True, exist_ok=True)
+    Path(log.job).write_text(json.dumps(summary) + "\n")

@@ -8,17 +8,18 @@ rule profile_op:
     output:
         csv=protected("results/raw/{gpu}/{setting}/{mode}/ops/{op_id}.csv"),
         json=protected("results/raw/{gpu}/{setting}/{mode}/ops/{op_id}.json"),
+    log:
+        job="logs/profile/{gpu}/{setting}/{mode}/ops/{op_id}.log",
+        nvsmi="logs/profile/{gpu}/{setting}/{mode}/ops/{op_id}.nvsmi.csv",
+    group:
+        "profile_{gpu}"
+    resources:
+        gpu=1,
+        gpu_model=get_slurm_gpu_model,
     params:
         spec=get_op_spec,
         gpu=lambda wildcards: wf.gpu_params(STUDY, wildcards.gpu),
         measurement=wf.measurement_params(STUDY),
-    log:
-        "logs/profile/{gpu}/{setting}/{mode}/ops/{op_id}.log",
-    resources:
-        gpu=1,
-        gpu_model=get_slurm_gpu_model,
-    group:
-        "profile"
     run:
         wf.run_profile(STUDY, wildcards, output, log, kind="op", spec_json=params.spec)
 
@@ -27,17 +28,18 @@ rule profile_network:
     output:
         csv=protected("results/raw/{gpu}/{setting}/{mode}/networks/{model_input}.csv"),
         json=protected("results/raw/{gpu}/{setting}/{mode}/networks/{model_input}.json"),
+    log:
+        job="logs/profile/{gpu}/{setting}/{mode}/networks/{model_input}.log",
+        nvsmi="logs/profile/{gpu}/{setting}/{mode}/networks/{model_input}.nvsmi.csv",
+    group:
+        "profile_{gpu}"
+    resources:
+        gpu=1,
+        gpu_model=get_slurm_gpu_model,
     params:
         model=lambda wildcards: MODEL_INPUTS[wildcards.model_input].model,
         shape=lambda wildcards: list(MODEL_INPUTS[wildcards.model_input].shape),
         gpu=lambda wildcards: wf.gpu_params(STUDY, wildcards.gpu),
         measurement=wf.measurement_params(STUDY),
-    log:
-        "logs/profile/{gpu}/{setting}/{mode}/networks/{model_input}.log",
-    resources:
-        gpu=1,
-        gpu_model=get_slurm_gpu_model,
-    group:
-        "profile"
     run:
         wf.run_profile(STUDY, wildcards, output, log, kind="network")
