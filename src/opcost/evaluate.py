@@ -156,7 +156,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -165,6 +164,7 @@ import numpy as np
 import pandas as pd
 
 from opcost.powerlog import PowerLog, PowerLogError, read_power_log
+from opcost.tables import write_parquet_atomic
 
 #: Kind of measurement -> subfolder of ``results/raw/{gpu}/{setting}/{mode}``.
 KIND_DIRS = {"op": "ops", "network": "networks"}
@@ -403,18 +403,8 @@ def write_dataset(
     Each file is written under a temporary name in the same folder and then renamed, so
     that a reader (or Snakemake after a crash) never sees a half-written file.
     """
-    _write_parquet_atomic(dataset, Path(out_path))
-    _write_parquet_atomic(failures, Path(failed_path))
-
-
-def _write_parquet_atomic(frame: pd.DataFrame, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        frame.to_parquet(tmp, index=False)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_parquet_atomic(dataset, out_path)
+    write_parquet_atomic(failures, failed_path)
 
 
 def _read_record(json_path: Path) -> dict[str, Any]:

@@ -38,16 +38,6 @@ from opcost.config import GpuConfig
 from opcost.names import ModelInput, Setting
 
 SCHEMA_VERSION = 1
-POWER_FIELDS = (
-    "timestamp",
-    "power.draw",
-    "power.draw.instant",
-    "clocks.sm",
-    "clocks.mem",
-    "temperature.gpu",
-    "utilization.gpu",
-    "power.limit",
-)
 
 
 class ProfileError(RuntimeError):
@@ -112,7 +102,7 @@ def _gpu_facts(uuid: str) -> tuple[Any, tuple[str, ...]]:
     """Name, driver, limits and loggable fields of a GPU: asked once per process."""
     from opcost import nvsmi
 
-    return nvsmi.gpu_info(uuid), tuple(nvsmi.supported_fields(uuid, POWER_FIELDS))
+    return nvsmi.gpu_info(uuid), tuple(nvsmi.supported_fields(uuid, nvsmi.DEFAULT_FIELDS))
 
 
 @contextlib.contextmanager

@@ -17,8 +17,11 @@ def write_parquet_atomic(table: pd.DataFrame, path: str | Path) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    table.to_parquet(tmp, index=False)
-    os.replace(tmp, path)
+    try:
+        table.to_parquet(tmp, index=False)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def read_parquet(path: str | Path, columns: list[str] | None = None) -> pd.DataFrame:
