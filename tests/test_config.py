@@ -91,9 +91,22 @@ def test_snakemake_refuses_a_misspelt_key_before_any_job(repo, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("profile:\n  min_run_tme_s: 1.0\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-n", "--configfile", str(bad),
-         "--directory", str(tmp_path / "wd"), "-s", str(repo / "Snakefile")],
-        capture_output=True, text=True, cwd=repo, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-n",
+            "--configfile",
+            str(bad),
+            "--directory",
+            str(tmp_path / "wd"),
+            "-s",
+            str(repo / "Snakefile"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=repo,
+        timeout=300,
     )
     assert proc.returncode != 0
     assert "min_run_tme_s" in proc.stdout + proc.stderr
