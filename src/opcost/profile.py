@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from opcost import harness
+from opcost import device_lock, harness
 from opcost.config import GpuConfig
 from opcost.names import ModelInput, Setting
 
@@ -185,6 +185,50 @@ def profile_job(
     """
     csv_path, json_path = Path(csv_path), Path(json_path)
     opts = options_for(gpu, mode, profile_config)
+    # The device to itself for the whole job, whatever the caller's resources say.
+    with device_lock.exclusive(_device_key(opts.device)) as lock_wait_s:
+        return _profile_job_locked(
+            kind=kind,
+            gpu=gpu,
+            setting=setting,
+            mode=mode,
+            opts=opts,
+            profile_config=profile_config,
+            csv_path=csv_path,
+            json_path=json_path,
+            spec=spec,
+            model_input=model_input,
+            op_id=op_id,
+            job_log_path=job_log_path,
+            lock_wait_s=lock_wait_s,
+        )
+
+
+def _device_key(device: str) -> str:
+    """What names the device's lock: the GPU's UUID (a GPU has one name in every job)."""
+    if device == "cuda":
+        from opcost import nvml
+
+        return nvml.cuda_device_uuid(torch.cuda.current_device())
+    return device
+
+
+def _profile_job_locked(
+    *,
+    kind: str,
+    gpu: GpuConfig,
+    setting: Setting,
+    mode: str,
+    opts: harness.HarnessOptions,
+    profile_config: dict[str, Any],
+    csv_path: Path,
+    json_path: Path,
+    spec: dict[str, Any] | None,
+    model_input: ModelInput | None,
+    op_id: str | None,
+    job_log_path: str | Path | None,
+    lock_wait_s: float,
+) -> dict[str, Any]:
     record: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "status": "ok",
@@ -205,6 +249,7 @@ def profile_job(
         "warmup_s": opts.warmup_s,
         "utc_offset_s": time.localtime().tm_gmtoff,
         "started_unix_s": time.time(),
+        "device_lock_wait_s": round(lock_wait_s, 3),
         **_provenance(opts.device),
     }
     if opts.device == "cuda":
