@@ -32,6 +32,8 @@ rule sweep_proportionality:
         sweep=dataclasses.asdict(SWEEP),
         gpu=lambda wildcards: wf.gpu_params(STUDY, wildcards.gpu),
         profile=config["profile"],
+    conda:
+        "../../environment.yml"
     script:
         "../scripts/sweep_proportionality.py"
 
@@ -49,6 +51,8 @@ rule sweep_power_trace:
         sweep=dataclasses.asdict(SWEEP),
         gpu=lambda wildcards: wf.gpu_params(STUDY, wildcards.gpu),
         profile=config["profile"],
+    conda:
+        "../../environment.yml"
     script:
         "../scripts/sweep_power_trace.py"
 
@@ -72,6 +76,8 @@ rule figure_proportionality:
         figure="proportionality",
         options={},
         style=FIGURE_STYLE,
+    conda:
+        "../../environment.yml"
     script:
         "../scripts/figure.py"
 
@@ -93,6 +99,8 @@ rule figure_power_trace:
         figure="power_trace",
         options={},
         style=FIGURE_STYLE,
+    conda:
+        "../../environment.yml"
     script:
         "../scripts/figure.py"
 
@@ -114,6 +122,8 @@ rule figure_startup_effect:
         figure="startup_effect",
         options={},
         style=FIGURE_STYLE,
+    conda:
+        "../../environment.yml"
     script:
         "../scripts/figure.py"
 
@@ -139,6 +149,8 @@ rule figure_validation:
         figure="validation",
         options=lambda wildcards: {"size_class": wildcards.size},
         style=FIGURE_STYLE,
+    conda:
+        "../../environment.yml"
     script:
         "../scripts/figure.py"
 
@@ -159,6 +171,8 @@ rule figure_network_energy:
         figure="network_energy",
         options={},
         style=FIGURE_STYLE,
+    conda:
+        "../../environment.yml"
     script:
         "../scripts/figure.py"
 
@@ -179,6 +193,8 @@ rule figure_settings:
         figure="settings",
         options={},
         style=FIGURE_STYLE,
+    conda:
+        "../../environment.yml"
     script:
         "../scripts/figure.py"
 
@@ -202,6 +218,8 @@ rule figure_prediction_ops:
         figure="prediction_ops",
         options={},
         style=FIGURE_STYLE,
+    conda:
+        "../../environment.yml"
     script:
         "../scripts/figure.py"
 
@@ -222,6 +240,8 @@ rule figure_prediction_errors:
         figure="prediction_errors",
         options={},
         style=FIGURE_STYLE,
+    conda:
+        "../../environment.yml"
     script:
         "../scripts/figure.py"
 
@@ -242,6 +262,8 @@ rule figure_prediction_op_types:
         figure="prediction_op_types",
         options={},
         style=FIGURE_STYLE,
+    conda:
+        "../../environment.yml"
     script:
         "../scripts/figure.py"
 
@@ -262,5 +284,7 @@ rule figure_prediction_networks:
         figure="prediction_networks",
         options={},
         style=FIGURE_STYLE,
+    conda:
+        "../../environment.yml"
     script:
         "../scripts/figure.py"

@@ -17,6 +17,8 @@ rule validate_dataset:
         ),
     log:
         "logs/validate/dataset.log",
+    conda:
+        "../../environment.yml"
     script:
         "../scripts/validate_dataset.py"
 
@@ -43,5 +45,7 @@ rule validate_predictions:
     params:
         # The network predictions name their GPU configuration by path only.
         gpus=list(STUDY.gpus),
+    conda:
+        "../../environment.yml"
     script:
         "../scripts/validate_predictions.py"
