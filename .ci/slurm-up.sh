@@ -13,6 +13,7 @@
 #   SLURM_UP_TIMEOUT_S  seconds to wait for the node to become idle (default 60)
 #   SLURM_PARTITION     name of the single default partition (default debug)
 #   SLURM_SKIP_APT=1    do not run apt-get (packages already installed)
+#   SLURM_FAKE_GPUS     stand-in GPUs on the node (default: one per CPU, at least 1)
 #
 # Why the settings below (found on Debian 12, Slurm 22.05, Snakemake 9.27,
 # snakemake-executor-plugin-slurm 2.8):
@@ -22,10 +23,11 @@
 #   hierarchy and systemd, which containers lack.
 # - No accounting storage, so `sacct` cannot answer. Snakemake must use
 #   `--slurm-status-command squeue`, and MinJobAge keeps finished jobs visible to
-#   squeue long enough for the plugin to see their final state.
-# - GresTypes=gpu with one fake GPU whose File= is an existing regular file:
+#   squeue long enough for the plugin (and the tests) to see their final state.
+# - GresTypes=gpu with fake GPUs whose File= is an existing regular file:
 #   Slurm's gpu plugin silently drops a GPU that has no File (Flags=CountOnly
-#   did not help), and then `--gpus=1` jobs never schedule.
+#   did not help), and then `--gpus=1` jobs never schedule. One per CPU, so
+#   that batches of profiling jobs (one GPU each) run side by side, one per core.
 set -euo pipefail
 
 TIMEOUT_S="${SLURM_UP_TIMEOUT_S:-60}"
@@ -33,8 +35,8 @@ PARTITION="${SLURM_PARTITION:-debug}"
 CONF_DIR=/etc/slurm
 CONF="$CONF_DIR/slurm.conf"
 GRES_CONF="$CONF_DIR/gres.conf"
-# Stands in for /dev/nvidia0: the gpu GRES plugin only needs the path to exist.
-FAKE_GPU_FILE=/var/lib/slurm/fake-gpu0
+# Stand in for /dev/nvidia<i>: the gpu GRES plugin only needs the paths to exist.
+FAKE_GPU_DIR=/var/lib/slurm
 LOG_DIR=/var/log/slurm
 
 die() {
@@ -86,6 +88,8 @@ fi
 # --- 3. config ----------------------------------------------------------------
 NODE=$(hostname -s)
 CPUS=$(nproc)
+GPUS="${SLURM_FAKE_GPUS:-$CPUS}"
+[[ "$GPUS" =~ ^[1-9][0-9]*$ ]] || die "SLURM_FAKE_GPUS must be a positive integer, got '$GPUS'."
 # 85 % of total memory, rounded down to whole GiB: leaves room for the daemons
 # and the snakemake process (slurmd drains a node that claims more than it has),
 # and stays the same from run to run, so a rerun does not see a "changed" config
@@ -94,8 +98,12 @@ TOTAL_MB=$(awk '/MemTotal/ {print int($2 / 1024)}' /proc/meminfo)
 REAL_MB=$((TOTAL_MB * 85 / 100 / 1024 * 1024))
 ((REAL_MB >= 1024)) || REAL_MB=$((TOTAL_MB * 85 / 100))
 # Without accounting, slurmctld's own state is all there is: keep it in one place.
-mkdir -p "$CONF_DIR" /var/spool/slurmctld /var/spool/slurmd "$LOG_DIR" /run/slurm "$(dirname "$FAKE_GPU_FILE")"
-[[ -f "$FAKE_GPU_FILE" ]] || : >"$FAKE_GPU_FILE"
+mkdir -p "$CONF_DIR" /var/spool/slurmctld /var/spool/slurmd "$LOG_DIR" /run/slurm "$FAKE_GPU_DIR"
+new_gres="# Written by .ci/slurm-up.sh: stand-in GPUs (File must exist, see script)."
+for ((i = 0; i < GPUS; i++)); do
+  [[ -f "$FAKE_GPU_DIR/fake-gpu$i" ]] || : >"$FAKE_GPU_DIR/fake-gpu$i"
+  new_gres+=$'\n'"NodeName=${NODE} Name=gpu File=${FAKE_GPU_DIR}/fake-gpu$i"
+done
 
 new_conf=$(
   cat <<EOF
@@ -126,24 +134,23 @@ SchedulerType=sched/backfill
 SchedulerParameters=bf_interval=1
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
-# No accounting daemon: squeue is the only status source, so finished jobs must
-# stay visible long enough for Snakemake's status poll.
+# No accounting daemon: squeue and scontrol are the only status sources, so finished
+# jobs must stay visible long enough for Snakemake's status poll and, after a
+# pipeline run of many minutes, for the tests that read back every job of the run.
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
-MinJobAge=600
+MinJobAge=7200
 InactiveLimit=0
 KillWait=10
 Waittime=0
 GresTypes=gpu
 # Jobs that ask for no memory would otherwise get the whole node, one at a time.
 DefMemPerCPU=1024
-NodeName=${NODE} NodeAddr=127.0.0.1 CPUs=${CPUS} RealMemory=${REAL_MB} Gres=gpu:1 State=UNKNOWN
+NodeName=${NODE} NodeAddr=127.0.0.1 CPUs=${CPUS} RealMemory=${REAL_MB} Gres=gpu:${GPUS} State=UNKNOWN
 PartitionName=${PARTITION} Nodes=${NODE} Default=YES MaxTime=INFINITE DefaultTime=60 State=UP OverSubscribe=NO
 EOF
 )
-new_gres="# Written by .ci/slurm-up.sh: one stand-in GPU (File must exist, see script).
-NodeName=${NODE} Name=gpu File=${FAKE_GPU_FILE}"
 
 changed=0
 if [[ ! -f "$CONF" ]] || [[ "$(cat "$CONF")" != "$new_conf" ]]; then

@@ -119,9 +119,11 @@ def test_toy_workflow_runs_through_slurm(tmp_path: Path) -> None:
     op2 = _read(workdir, "ops/2.json")
     flaky = _read(workdir, "flaky.json")
 
-    # Every job ran inside a SLURM job, each in a job step (srun) of its own.
+    # Every job ran inside a SLURM job: the ungrouped ones each in a job step (srun) of
+    # their own, as the plugin runs them.
     for rec in (gpu_job, op1, op2, flaky):
         assert rec["slurm_job_id"], rec
+    for rec in (gpu_job, flaky):
         assert rec["slurm_step_id"] is not None, rec
 
     # gpu=1 without a gpu_model reached SLURM as a plain GPU request.
@@ -129,18 +131,18 @@ def test_toy_workflow_runs_through_slurm(tmp_path: Path) -> None:
     assert "gpu_model" not in gpu_job["resources"]
     assert _scontrol_job(gpu_job["slurm_job_id"])["TresPerJob"] == "gres:gpu:1"
 
-    # The two grouped profile_op jobs shared one SLURM job (group-components), each in
-    # its own Snakemake process, and the group asked for one GPU, not two, and for the
-    # sum of the two members' runtimes (2 x 5 min on attempt 1).
+    # The two profile_op jobs shared one SLURM job (groups, group-components), which
+    # asked for one GPU, not two, and for the sum of their runtimes (2 x 1 min on attempt
+    # 1). Both ran in threads of that job's own Snakemake process, in its batch script
+    # (which has no SLURM_STEP_ID): no srun and no new Python per member.
     assert op1["slurm_job_id"] == op2["slurm_job_id"]
-    assert op1["pid"] != op2["pid"]
+    assert op1["pid"] == op2["pid"]
+    assert op1["slurm_step_id"] is None and op2["slurm_step_id"] is None
+    assert "--target-jobs" in op1["cmdline"]
     assert op1["resources"]["gpu"] == 1
     group_job = _scontrol_job(op1["slurm_job_id"])
     assert group_job["TresPerJob"] == "gres:gpu:1"
-    assert group_job["TimeLimit"] == "00:10:00"
-    # Inside the allocation, each member runs with --force-use-threads: its run: block
-    # runs in a thread of that one process rather than in yet another python.
-    assert "--force-use-threads" in op1["cmdline"]
+    assert group_job["TimeLimit"] == "00:02:00"
 
     # flaky failed once, and its retry was a new SLURM job with the runtime the profile's
     # "30 * attempt" gives attempt 2 (minutes).

@@ -7,6 +7,7 @@ pytest reaches it.
 from __future__ import annotations
 
 import json
+import os
 import time
 from functools import cache
 from pathlib import Path
@@ -37,9 +38,24 @@ def unique_ops(path: str | Path) -> pd.DataFrame:
     return _unique_ops(path, Path(path).stat().st_mtime_ns)
 
 
+class UnknownOpError(LookupError):
+    """An op id that the study's op table does not hold."""
+
+
 def op_spec(unique_path: str | Path, op_id: str) -> str:
-    """The canonical JSON spec of one op."""
-    return str(unique_ops(unique_path).loc[op_id, "spec"])
+    """The canonical JSON spec of one op, from the study's op table."""
+    if not Path(unique_path).exists():
+        raise UnknownOpError(
+            f"no op table at {unique_path}: profiling op {op_id} needs it; run "
+            f"`snakemake {unique_path}` first (or the whole study, which does)"
+        )
+    table = unique_ops(unique_path)
+    if op_id not in table.index:
+        raise UnknownOpError(
+            f"op {op_id} is not in {unique_path}: no network of the study has it "
+            "(a target from another study?)"
+        )
+    return str(table.loc[op_id, "spec"])
 
 
 def raw_prefixes(study: Study, gpu: str, op_ids: list[str]) -> list[str]:
@@ -96,5 +112,8 @@ def run_profile(
         for k in ("status", "failure_reason", "device", "iterations", "total_time_s", "block_size")
     }
     summary["job_wall_s"] = round(time.time() - started, 3)
+    # Which process ran it: on a cluster, one process runs a whole batch of these jobs.
+    summary["pid"] = os.getpid()
+    summary["slurm_job_id"] = os.environ.get("SLURM_JOB_ID")
     Path(log.job).parent.mkdir(parents=True, exist_ok=True)
     Path(log.job).write_text(json.dumps(summary) + "\n")

@@ -6,10 +6,14 @@ cluster (tests/slurm/profile/config.yaml) are merged over the users' profile
 profile users get, with only the values a site must edit replaced.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: the tests load this file by path, without
+# registering it in sys.modules, and dataclasses then cannot resolve string annotations.
+import re
+import shlex
 import shutil
 import subprocess
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -97,3 +101,107 @@ def slurm_controller_up(timeout_s: float = 10.0) -> tuple[bool, str]:
     if not any(state in {"idle", "mixed", "allocated"} for state in states):
         return False, f"no usable SLURM node (states: {states or 'none'})"
     return True, ""
+
+
+# "Job 3 has been submitted with SLURM jobid 14 (log: /w/.snakemake/slurm_logs/...log)."
+_SUBMITTED_RE = re.compile(
+    r"^Job (\S+) has been submitted with SLURM jobid (\d+) \(log: (.+?)\)\.?$", re.M
+)
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One ``sbatch`` of a Snakemake run, as the SLURM plugin logs it."""
+
+    snakemake_job: str  # Snakemake's job id, or a group job's UUID
+    slurm_job_id: str
+    slurm_log: Path  # .snakemake/slurm_logs/rule_<rule>/... or group_<group>_<rules>/...
+
+    @property
+    def is_group(self) -> bool:
+        return self.slurm_log.parent.name.startswith("group_")
+
+    @property
+    def name(self) -> str:
+        """``rule_<rule>`` or ``group_<group>_<rules>``: the log directory under slurm_logs."""
+        parts = self.slurm_log.parts
+        return parts[parts.index("slurm_logs") + 1]
+
+
+def submissions(snakemake_log: str) -> list[Submission]:
+    """Every SLURM submission a Snakemake run logged, in order.
+
+    Args:
+        snakemake_log: the run's stdout and stderr (or its .snakemake/log file).
+    """
+    return [
+        Submission(m[1], m[2], Path(m[3].strip())) for m in _SUBMITTED_RE.finditer(snakemake_log)
+    ]
+
+
+def target_jobs(slurm_log: Path) -> list[str]:
+    """The jobs a SLURM job ran: the ``--target-jobs`` of the Snakemake it started.
+
+    The SLURM job's log begins with Snakemake's banner, whose ``Command:`` line is that of
+    the process the plugin's sbatch script started (the whole group, for a group job).
+
+    Returns:
+        Items like ``profile_op:gpu=cpu,setting=default,mode=inference,op_id=...``.
+    """
+    text = slurm_log.read_text()
+    match = re.search(r"^\s*Command: (.*)$", text, re.M)
+    if match is None:
+        raise AssertionError(f"{slurm_log}: no 'Command:' line; is this a Snakemake log?")
+    args = shlex.split(match[1])
+    start = args.index("--target-jobs") + 1
+    jobs = []
+    for arg in args[start:]:
+        if arg.startswith("--"):
+            break
+        jobs.append(arg)
+    return jobs
+
+
+def job_wildcards(target_job: str) -> tuple[str, dict[str, str]]:
+    """Split ``rule:key=value,...`` (a ``--target-jobs`` item) into rule and wildcards."""
+    rule, _, spec = target_job.partition(":")
+    return rule, dict(item.split("=", 1) for item in spec.split(",") if item)
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """What the controller still knows of a job (MinJobAge keeps finished ones)."""
+
+    job_id: str
+    state: str
+    comment: str
+    time_limit: str
+    tres_per_job: str
+    submit_unix_s: float
+    start_unix_s: float
+    end_unix_s: float
+
+
+def slurm_jobs(job_ids: list[str]) -> dict[str, SlurmJob]:
+    """``scontrol show job`` of finished or running jobs, by job id."""
+    out: dict[str, SlurmJob] = {}
+    for job_id in job_ids:
+        text = subprocess.run(
+            ["scontrol", "show", "job", "-o", job_id],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        fields = dict(re.findall(r"(\S+?)=(\S*)", text))
+        out[job_id] = SlurmJob(
+            job_id=job_id,
+            state=fields["JobState"],
+            comment=fields.get("Comment", ""),
+            time_limit=fields["TimeLimit"],
+            tres_per_job=fields.get("TresPerJob", ""),
+            # Local time, whole seconds, as slurmctld prints it.
+            submit_unix_s=datetime.fromisoformat(fields["SubmitTime"]).timestamp(),
+            start_unix_s=datetime.fromisoformat(fields["StartTime"]).timestamp(),
+            end_unix_s=datetime.fromisoformat(fields["EndTime"]).timestamp(),
+        )
+    return out

@@ -22,12 +22,18 @@ wildcard_constraints:
     model_input=MODEL_INPUT_PATTERN,
 
 
+UNIQUE_OPS = "results/ops/unique.parquet"
+
+
 def get_unique_ops_path():
     return checkpoints.unique_ops.get().output.unique
 
 
 def get_op_spec(wildcards):
-    return wf.op_spec(get_unique_ops_path(), wildcards.op_id)
+    # Read from the file, not through the checkpoint: a profiling job exists only once
+    # the checkpoint has run, and the Snakemake process that runs a batch of them on a
+    # cluster knows nothing of the checkpoint (its DAG holds the batch only).
+    return wf.op_spec(UNIQUE_OPS, wildcards.op_id)
 
 
 def get_raw_prefixes(wildcards):
@@ -48,17 +54,26 @@ def get_slurm_gpu_model(wildcards):
     return STUDY.gpus[wildcards.gpu].slurm_gpu_model or ""
 
 
+def get_slurm_constraint(wildcards):
+    # An empty string is `sbatch -C ''`: no node constraint.
+    return STUDY.gpus[wildcards.gpu].slurm_constraint or ""
+
+
 def get_final_outputs(wildcards):
     # FIGURE_TARGETS (figures.smk) holds the validation tables' figures and the report's.
-    return FIGURE_TARGETS + expand("results/dataset/{gpu}.parquet", gpu=STUDY.gpus) + expand(
-        "results/predictors/{gpu}/{name}",
-        gpu=STUDY.gpus,
-        name=[
-            "time.joblib",
-            "power.joblib",
-            "features.json",
-            "metrics.json",
-            "holdout_predictions.parquet",
-            "network_predictions.parquet",
-        ],
+    return (
+        FIGURE_TARGETS
+        + expand("results/dataset/{gpu}.parquet", gpu=STUDY.gpus)
+        + expand(
+            "results/predictors/{gpu}/{name}",
+            gpu=STUDY.gpus,
+            name=[
+                "time.joblib",
+                "power.joblib",
+                "features.json",
+                "metrics.json",
+                "holdout_predictions.parquet",
+                "network_predictions.parquet",
+            ],
+        )
     )

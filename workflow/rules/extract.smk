@@ -17,7 +17,7 @@ checkpoint unique_ops:
     input:
         ops=expand("results/ops/{model_input}.parquet", model_input=MODEL_INPUTS),
     output:
-        unique="results/ops/unique.parquet",
+        unique=UNIQUE_OPS,
     log:
         "logs/extract/unique.log",
     conda:

@@ -1,7 +1,17 @@
 # Profiling jobs write the raw logs, the ground truth of a study: they are protected, so
 # no rerun overwrites them by accident (README: "Remeasuring on purpose"). They take no
 # input file: an op's spec is a parameter, so adding a network to the study profiles only
-# the operations that are new. `gpu=1` keeps two profiling jobs off one GPU.
+# the operations that are new. `gpu=1` keeps two profiling jobs off one GPU (and each job
+# also locks its device: opcost.device_lock).
+#
+# On a cluster, profiles/slurm batches these jobs: its `groups` and `group-components`
+# make one SLURM job of up to 50 of them, per GPU configuration. Inside that SLURM job one
+# Snakemake process runs the batch (mode "remote"); the rules are local *there*, so it runs
+# them in its own threads, importing torch and starting CUDA once per batch, instead of
+# starting `srun ... snakemake` per job (7-10 s each). The submitting process never sees
+# them as local, so they still go to SLURM. docs/slurm.md, "Batching".
+if workflow.remote_exec:
+    workflow.localrules("profile_op", "profile_network")
 
 
 rule profile_op:
@@ -11,11 +21,10 @@ rule profile_op:
     log:
         job="logs/profile/{gpu}/{setting}/{mode}/ops/{op_id}.log",
         nvsmi="logs/profile/{gpu}/{setting}/{mode}/ops/{op_id}.nvsmi.csv",
-    group:
-        "profile_{gpu}"
     resources:
         gpu=1,
         gpu_model=get_slurm_gpu_model,
+        constraint=get_slurm_constraint,
     params:
         spec=get_op_spec,
         gpu=lambda wildcards: wf.gpu_params(STUDY, wildcards.gpu),
@@ -31,11 +40,10 @@ rule profile_network:
     log:
         job="logs/profile/{gpu}/{setting}/{mode}/networks/{model_input}.log",
         nvsmi="logs/profile/{gpu}/{setting}/{mode}/networks/{model_input}.nvsmi.csv",
-    group:
-        "profile_{gpu}"
     resources:
         gpu=1,
         gpu_model=get_slurm_gpu_model,
+        constraint=get_slurm_constraint,
     params:
         model=lambda wildcards: MODEL_INPUTS[wildcards.model_input].model,
         shape=lambda wildcards: list(MODEL_INPUTS[wildcards.model_input].shape),

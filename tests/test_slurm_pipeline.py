@@ -1,0 +1,289 @@
+"""Run the real pipeline through a real SLURM cluster with the users' SLURM profile.
+
+The study is the default one, ``config/config.yaml`` (on a machine without a GPU it
+measures on the CPU); the profile is the users' ``profiles/slurm`` with the test cluster's
+site settings merged in (``tests/slurm/profile/config.yaml``). Needs a running controller
+(``.ci/slurm-up.sh`` starts a single-node one). Skipped when there is none, unless
+``OPCOST_REQUIRE_SLURM=1``, which turns the skip into a failure (for CI).
+
+About 10 minutes on 2 cores: 356 profiling jobs of at least 1.2 s each (warm-up and
+``min_run_time_s``), in batches whose jobs run in one Snakemake process each.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SNAKEFILE = REPO_ROOT / "Snakefile"
+DEFAULT_STUDY = REPO_ROOT / "config" / "config.yaml"
+# Minutes here; an hour means jobs hang in the queue.
+RUN_TIMEOUT_S = 3600
+
+
+def _load_helpers():
+    # Loaded by path: tests/ is not a package, and this keeps the import independent
+    # of pytest's import mode.
+    path = REPO_ROOT / "tests" / "slurm" / "conftest_helpers.py"
+    spec = importlib.util.spec_from_file_location("opcost_slurm_test_helpers", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+helpers = _load_helpers()
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster() -> None:
+    """Skip (or fail, with OPCOST_REQUIRE_SLURM=1) unless a SLURM controller answers."""
+    up, reason = helpers.slurm_controller_up()
+    if not up:
+        if os.environ.get("OPCOST_REQUIRE_SLURM") == "1":
+            pytest.fail(f"OPCOST_REQUIRE_SLURM=1 but no SLURM cluster: {reason}")
+        pytest.skip(reason)
+
+
+def _snakemake(
+    profile: Path, workdir: Path, *args: str, timeout_s: float, configfile: Path = DEFAULT_STUDY
+) -> subprocess.CompletedProcess:
+    # A study may import a user model from tests/ (toymodels); the plugin submits with
+    # sbatch --export=ALL, so an exported PYTHONPATH reaches every SLURM job.
+    pythonpath = os.pathsep.join(
+        p for p in (str(REPO_ROOT / "tests"), os.environ.get("PYTHONPATH")) if p
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(SNAKEFILE),
+        "--profile",
+        str(profile),
+        "--directory",
+        str(workdir),
+        *args,
+        "--configfile",
+        str(configfile),
+    ]
+    # From the repository root, as users run it: Snakemake then also applies the workflow
+    # profile profiles/default, as it will for them.
+    return subprocess.run(
+        cmd,
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": pythonpath},
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+
+
+def _group_size(profile: Path) -> int:
+    """The batch size the users' profile sets for the profiling group."""
+    merged = yaml.safe_load((profile / "config.yaml").read_text())
+    sizes = dict(item.split("=") for item in merged["group-components"])
+    return int(sizes["profile_{gpu}"])
+
+
+def _runtime_min(profile: Path, rule: str) -> int:
+    """A rule's runtime on the first attempt, minutes, as the profile's expression gives it."""
+    merged = yaml.safe_load((profile / "config.yaml").read_text())
+    # Snakemake evaluates these values as Python, with attempt in scope; so does this.
+    return int(eval(str(merged["set-resources"][rule]["runtime"]), {"attempt": 1}))
+
+
+def _minutes(slurm_time: str) -> int:
+    """SLURM's [D-]HH:MM:SS as whole minutes."""
+    days, _, hms = slurm_time.rpartition("-")
+    hours, minutes, _ = (int(x) for x in hms.split(":"))
+    return int(days or 0) * 24 * 60 + hours * 60 + minutes
+
+
+def test_submissions_and_batch_members_are_read_from_a_recorded_run() -> None:
+    # Recorded from a run of the default study on the test cluster (tests/slurm/data):
+    # the plugin's submission lines, and the head of one batch's SLURM log.
+    data = REPO_ROOT / "tests" / "slurm" / "data"
+    subs = helpers.submissions((data / "submissions.log").read_text())
+    assert len(subs) == 23  # grep -c "has been submitted" submissions.log
+    assert [s.slurm_job_id for s in subs[:5]] == ["134", "135", "136", "137", "138"]
+    assert [s.name for s in subs[:6]] == [
+        "rule_extract",
+        "rule_extract",
+        "rule_extract",
+        "rule_unique_ops",
+        "group_profile_local_profile_op",
+        "group_profile_local_profile_network_profile_op",
+    ]
+    # 356 profiling jobs in batches of 50: 8 group submissions.
+    assert sum(s.is_group for s in subs) == 8
+    assert subs[4].snakemake_job == "499f0735-55fb-5ab7-9450-bf335bf1b646"
+    assert subs[-1].slurm_log.name == "156.log"
+
+    members = helpers.target_jobs(data / "group_batch.log")
+    assert len(members) == 6  # the last batch: 356 - 7 x 50
+    assert helpers.job_wildcards(members[0]) == (
+        "profile_op",
+        {"gpu": "local", "setting": "default", "mode": "inference", "op_id": "676b2ab96de19ca8"},
+    )
+    assert helpers.job_wildcards("unique_ops:") == ("unique_ops", {})
+    # The batch's own Snakemake ran its members as local rules: in its own threads.
+    assert "localrule profile_op:" in (data / "group_batch.log").read_text()
+
+
+@pytest.mark.slow
+def test_each_gpu_configuration_is_batched_on_its_own(tmp_path: Path) -> None:
+    # Two GPU configurations of different SLURM GPU types: one batch could not ask for
+    # both. A dry run with the users' profile shows the batches; it needs no cluster.
+    study = {
+        "models": [{"model": "toymodels.nets:tiny_mlp", "inputs": [[8, 16]]}],
+        "modes": ["inference"],
+        "gpus": {
+            "a": {"device": "cpu", "slurm_gpu_model": "a100"},
+            "b": {"device": "cpu", "slurm_gpu_model": "h100"},
+        },
+    }
+    config = tmp_path / "study.yaml"
+    config.write_text(yaml.safe_dump(study))
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    profile = helpers.make_test_profile(tmp_path)
+    # The op list first (locally): the profiling jobs appear behind that checkpoint.
+    first = _snakemake(
+        profile,
+        workdir,
+        "results/ops/unique.parquet",
+        "--executor",
+        "local",
+        "--cores",
+        "2",
+        configfile=config,
+        timeout_s=300,
+    )
+    assert first.returncode == 0, first.stderr[-3000:]
+    dry = _snakemake(profile, workdir, "--dry-run", configfile=config, timeout_s=300)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+
+    n_jobs = len(pd.read_parquet(workdir / "results/ops/unique.parquet")) + 1  # + network
+    blocks = re.split(r"^.*Group job (\S+) \(jobs in lexicogr\. order\):$", dry.stdout, flags=re.M)
+    groups = dict(zip(blocks[1::2], blocks[2::2], strict=True))
+    assert sorted(groups) == ["profile_a", "profile_b"]
+    for name, gpu_model in (("profile_a", "a100"), ("profile_b", "h100")):
+        # A group's members are indented; the first unindented rule ends its block.
+        block = re.split(r"^(?:\[.*\] )?rule ", groups[name], maxsplit=1, flags=re.M)[0]
+        assert re.findall(r"wildcards: gpu=(\w+)", block) == [name[-1]] * n_jobs
+        assert re.findall(r"gpu_model=(\w*)", block) == [gpu_model] * n_jobs
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+@pytest.mark.usefixtures("slurm_cluster")
+def test_default_study_runs_to_the_end_through_slurm_in_batches(tmp_path: Path) -> None:
+    profile = helpers.make_test_profile(tmp_path)
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+
+    start_s = time.monotonic()
+    # Successful jobs' SLURM logs are kept: they name the jobs each batch ran.
+    proc = _snakemake(profile, workdir, "--slurm-keep-successful-logs", timeout_s=RUN_TIMEOUT_S)
+    elapsed_s = time.monotonic() - start_s
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"snakemake failed after {elapsed_s:.0f} s:\n{log[-6000:]}"
+    print(f"default study through SLURM: {elapsed_s:.0f} s")
+
+    # To the end: every target of rule all is there and up to date.
+    again = _snakemake(profile, workdir, "--dry-run", timeout_s=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "Nothing to be done" in again.stdout + again.stderr
+
+    # The dataset holds every op in both modes, and the three networks, all measured.
+    unique = pd.read_parquet(workdir / "results/ops/unique.parquet")
+    dataset = pd.read_parquet(workdir / "results/dataset/local.parquet")
+    study = yaml.safe_load(DEFAULT_STUDY.read_text())
+    n_networks = sum(len(m["inputs"]) for m in study["models"])
+    n_profile_jobs = 2 * len(unique) + 2 * n_networks
+    assert len(dataset) == n_profile_jobs
+    assert pd.read_parquet(workdir / "results/dataset/local.failed.parquet").empty
+    assert set(dataset.loc[dataset["kind"] == "network", "model_input"]) == {
+        "resnet18_4x3x64x64",
+        "mobilenet_v3_small_4x3x64x64",
+        "squeezenet1_1_4x3x64x64",
+    }
+
+    subs = helpers.submissions(log)
+    assert len({s.slurm_job_id for s in subs}) == len(subs), "a SLURM job id logged twice"
+    profile_subs = [s for s in subs if s.name.startswith("group_profile_local_")]
+    other_subs = [s for s in subs if s not in profile_subs]
+    # No profiling job went to SLURM on its own: all ran in batches of at most the
+    # profile's group size, so ceil(jobs / size) submissions (356 jobs: 8, not 356).
+    assert not [s for s in other_subs if "profile" in s.name], other_subs
+    size = _group_size(profile)
+    assert len(profile_subs) == math.ceil(n_profile_jobs / size)
+    # The other jobs of the measurement, one submission each: extract per network,
+    # unique_ops, evaluate per GPU configuration. (Later stages add their own.)
+    other = Counter(s.name for s in other_subs)
+    assert (other["rule_extract"], other["rule_unique_ops"], other["rule_evaluate"]) == (
+        n_networks,
+        1,
+        1,
+    )
+
+    # What each batch ran, from its own SLURM log; and the controller's record of it.
+    jobs = helpers.slurm_jobs([s.slurm_job_id for s in subs])
+    seen: set[tuple[str, str, str]] = set()
+    batch_pids: set[int] = set()
+    for sub in profile_subs:
+        members = helpers.target_jobs(sub.slurm_log)
+        assert 1 <= len(members) <= size
+        job = jobs[sub.slurm_job_id]
+        assert job.state == "COMPLETED"
+        assert job.comment == f"rule_{sub.name.removeprefix('group_')}"
+        # One GPU for the whole batch (set-resource-scopes gpu=local), whatever its size,
+        # and the sum of its members' runtimes, as they run one after another.
+        assert job.tres_per_job == "gres:gpu:1"
+        rules = [helpers.job_wildcards(m)[0] for m in members]
+        assert _minutes(job.time_limit) == sum(_runtime_min(profile, r) for r in rules)
+        pids = set()
+        for member in members:
+            rule, wc = helpers.job_wildcards(member)
+            assert rule in {"profile_op", "profile_network"}
+            name = wc.get("op_id") or wc["model_input"]
+            kind = "ops" if rule == "profile_op" else "networks"
+            rel = f"{wc['gpu']}/{wc['setting']}/{wc['mode']}/{kind}/{name}"
+            record = json.loads((workdir / f"results/raw/{rel}.json").read_text())
+            # The measurement ran while this SLURM job ran (controller times: whole
+            # seconds), so inside it, and in this batch only.
+            assert job.start_unix_s - 1 <= record["started_unix_s"]
+            assert record["finished_unix_s"] <= job.end_unix_s + 1
+            job_log = json.loads((workdir / f"logs/profile/{rel}.log").read_text())
+            assert job_log["slurm_job_id"] == sub.slurm_job_id
+            pids.add(job_log["pid"])
+            key = (wc["mode"], kind, name)
+            assert key not in seen
+            seen.add(key)
+        # The whole batch ran in one process (torch imported once), its own.
+        assert len(pids) == 1
+        assert not pids & batch_pids
+        batch_pids |= pids
+    # Every measurement in the dataset came from one of those batches.
+    assert len(seen) == n_profile_jobs
+    dataset_keys = {
+        (row.mode, "ops", row.op_id)
+        if row.kind == "op"
+        else (row.mode, "networks", row.model_input)
+        for row in dataset.itertuples()
+    }
+    assert dataset_keys == seen
