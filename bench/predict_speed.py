@@ -1,21 +1,29 @@
 """How fast does ``opcost predict`` answer for a network of 200 operations?
 
 Issue 9's target: a network of 200 operations across all configurations in under 2 s on a
-2-core CPU. This builds a synthetic study in a temporary folder: ``--gpus`` GPU
-configurations, each trained (default forests: ``--trees`` trees, min_samples_leaf 1) on
-``--train-ops`` operations measured at 4 settings in both modes; and a network of ``--ops``
-distinct operations (convolutions, linears, norms, activations, pools, additions, at random
-sizes) with random counts. Then it times
+2-core CPU. This builds a synthetic study: ``--gpus`` GPU configurations, each trained
+(default forests: ``--trees`` trees, min_samples_leaf 1) on ``--train-ops`` operations
+measured at 4 settings in both modes; and a network of ``--ops`` distinct operations
+(convolutions, linears, norms, activations, pools, additions, at random sizes) with random
+counts. Then it times, ``--repeat`` times each, and prints the median (and the range):
 
 * *in-process*: :func:`opcost.predict.load_predictors` + :func:`~opcost.predict.predict_networks`
   (loading every model, encoding, predicting, summing, per-op settings, extrapolation flags),
-  the part opcost controls;
-* *command*: ``python -m opcost.cli predict --ops net.parquet`` in a fresh interpreter, as a
-  user runs it (Python start, imports of pandas and scikit-learn included).
+  the part opcost controls; opcost's caches of parsed ops are cleared before each run, so
+  every run is a first prediction;
+* *command*: ``python -m opcost.cli predict --ops net.parquet --format csv`` in a fresh
+  interpreter, as a user runs it: wall time of the whole process (Python start, imports of
+  numpy, pandas and pyarrow, loading, predicting, printing), and its CPU time (user +
+  system), which depends less than wall time on what else the machine runs.
+
+The load average is printed with the times: on a shared machine, compare runs made under a
+similar load.
 
 Usage: ``python bench/predict_speed.py [--ops 200] [--gpus 3] [--train-ops 500] [--trees 300]
-[--cores 2] [--repeat 3]``. ``--cores N`` pins this process and the command to the first N
-CPUs (Linux), to measure "a 2-core CPU" on a bigger machine.
+[--cores 2] [--repeat 5] [--workdir DIR]``. ``--cores N`` pins this process and the command
+to the first N CPUs (Linux), to measure "a 2-core CPU" on a bigger machine. ``--workdir``
+keeps the study in DIR and reuses it on a later run with the same sizes (training takes
+tens of seconds), e.g. to time two versions of opcost on the same models.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import shutil
 import subprocess
 import sys
@@ -194,53 +203,94 @@ def main() -> None:
     parser.add_argument("--train-ops", type=int, default=500, help="training ops per GPU")
     parser.add_argument("--trees", type=int, default=300, help="trees per forest")
     parser.add_argument("--cores", type=int, default=0, help="pin to the first N CPUs")
-    parser.add_argument("--repeat", type=int, default=3, help="timed runs; the best is shown")
+    parser.add_argument("--repeat", type=int, default=5, help="timed runs; the median is shown")
+    parser.add_argument("--workdir", type=Path, help="keep the study here, reuse it if it fits")
     args = parser.parse_args()
     if args.cores:
         os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[: args.cores]))
-    rng = random.Random(0)
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp) / "predictors"
-        data = synthetic_dataset(args.train_ops, rng)
-        t0 = time.perf_counter()
-        predictor = fit_predictor(data, TrainConfig(n_estimators=args.trees), "gpu0", n_jobs=-1)
-        train_s = time.perf_counter() - t0
-        save_predictor(predictor, root / "gpu0")
-        for g in range(1, args.gpus):
-            shutil.copytree(root / "gpu0", root / f"gpu{g}")
-            doc_path = root / f"gpu{g}" / "features.json"
-            doc = json.loads(doc_path.read_text())
-            doc["gpu"] = f"gpu{g}"
-            doc_path.write_text(json.dumps(doc))
+        work = args.workdir or Path(tmp)
+        root, ops_path, train_s = build_study(work, args)
+        ops = pd.read_parquet(ops_path)
         model_mb = sum(f.stat().st_size for f in (root / "gpu0").glob("*.joblib")) / 1e6
-        ops = network(args.ops, rng)
-        ops_path = Path(tmp) / "net.parquet"
-        ops.to_parquet(ops_path, index=False)
+        load_before = os.getloadavg()[0]
 
         in_process = []
         for _ in range(args.repeat):
+            clear_caches()
             t0 = time.perf_counter()
             result = predict_networks(load_predictors(root), ops)
             in_process.append(time.perf_counter() - t0)
         command = [sys.executable, "-m", "opcost.cli", "predict", "--ops", str(ops_path)]
         command += ["--predictors", str(root), "--format", "csv"]
-        wall = []
+        wall, cpu = [], []
         for _ in range(args.repeat):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             t0 = time.perf_counter()
             subprocess.run(command, check=True, capture_output=True)
             wall.append(time.perf_counter() - t0)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+        load_after = os.getloadavg()[0]
     configs = len(result.table)
+    trained = f"trained in {train_s:.1f} s" if train_s is not None else f"reused from {work}"
     print(
         f"{args.ops} distinct ops ({int(ops['count'].sum())} calls), {args.gpus} GPU "
         f"configurations x {len(SETTINGS)} settings x 2 modes = {configs} predictions per "
-        f"network; forests of {args.trees} trees trained on {len(data)} rows in {train_s:.1f} s, "
-        f"{model_mb:.1f} MB per GPU; CPUs: {len(os.sched_getaffinity(0))}"
+        f"network; forests of {args.trees} trees on {args.train_ops * 8} rows ({trained}), "
+        f"{model_mb:.1f} MB per GPU; CPUs: {len(os.sched_getaffinity(0))}; "
+        f"1-min load average {load_before:.2f} before, {load_after:.2f} after"
     )
-    print(f"in-process load + predict: {min(in_process):.2f} s (best of {args.repeat})")
-    print(
-        f"command (fresh interpreter, imports included): {min(wall):.2f} s (best of {args.repeat})"
-    )
+    print(f"in-process load + predict: {summary(in_process)}")
+    print(f"command (fresh interpreter, imports included): {summary(wall)}")
+    print(f"command CPU time (user + system): {summary(cpu)}")
     print(f"median time prediction: {np.median(result.table['time_s']) * 1e3:.3g} ms")
+
+
+def summary(seconds: list[float]) -> str:
+    """Median, range and count of some timings."""
+    return (
+        f"{np.median(seconds):.2f} s median ({min(seconds):.2f}-{max(seconds):.2f} s, "
+        f"{len(seconds)} runs)"
+    )
+
+
+def clear_caches() -> None:
+    """Forget opcost's parsed ops, so that each timed run predicts as a fresh process does."""
+    for module in ("opcost.features", "opcost.predict"):
+        for name in ("_op_vector", "_spec_type"):
+            cached = getattr(sys.modules.get(module), name, None)
+            if hasattr(cached, "cache_clear"):
+                cached.cache_clear()
+
+
+def build_study(work: Path, args: argparse.Namespace) -> tuple[Path, Path, float | None]:
+    """Train the predictors and write the network under ``work``, or reuse them.
+
+    Returns:
+        The predictor root, the op table, and the training time (None if reused).
+    """
+    root, ops_path, stamp = work / "predictors", work / "net.parquet", work / "study.json"
+    sizes = {"ops": args.ops, "gpus": args.gpus, "train_ops": args.train_ops}
+    sizes["trees"] = args.trees
+    if stamp.is_file() and json.loads(stamp.read_text()) == sizes:
+        return root, ops_path, None
+    shutil.rmtree(root, ignore_errors=True)
+    rng = random.Random(0)
+    data = synthetic_dataset(args.train_ops, rng)
+    t0 = time.perf_counter()
+    predictor = fit_predictor(data, TrainConfig(n_estimators=args.trees), "gpu0", n_jobs=-1)
+    train_s = time.perf_counter() - t0
+    save_predictor(predictor, root / "gpu0")
+    for g in range(1, args.gpus):
+        shutil.copytree(root / "gpu0", root / f"gpu{g}")
+        doc_path = root / f"gpu{g}" / "features.json"
+        doc = json.loads(doc_path.read_text())
+        doc["gpu"] = f"gpu{g}"
+        doc_path.write_text(json.dumps(doc))
+    network(args.ops, rng).to_parquet(ops_path, index=False)
+    stamp.write_text(json.dumps(sizes))
+    return root, ops_path, train_s
 
 
 if __name__ == "__main__":

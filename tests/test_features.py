@@ -27,6 +27,7 @@ from opcost.features import (
     build_schema,
     check_schema,
     encode_features,
+    encode_grid,
     op_counts,
 )
 
@@ -285,3 +286,56 @@ def test_encode_refuses_missing_columns_and_unknown_modes():
         encode_features(rows(linear_spec(), mode="train"), schema)
     with pytest.raises(SchemaError, match="dtype"):
         encode_features(rows(linear_spec(), dtype="int8"), schema)
+
+
+def grid_conditions() -> pd.DataFrame:
+    nan = float("nan")
+    return pd.DataFrame(
+        [
+            ("inference", "float32", True, 1980.0, 2619.0, 700.0),
+            ("training", "float16", False, 1410.0, nan, 300.0),
+            ("training", "bfloat16", True, nan, nan, nan),
+        ],
+        columns=["mode", "dtype", "tf32", "sm_clock_mhz", "mem_clock_mhz", "power_limit_w"],
+    )
+
+
+@pytest.mark.parametrize("derived", [True, False])
+def test_grid_holds_every_op_at_every_condition(derived):
+    relu = {**linear_spec(), "kind": "function", "type": "torch.relu", "attrs": {}}
+    op_specs = [specs.canonical_json(s) for s in (linear_spec(), conv_spec(), relu)]
+    conditions = grid_conditions()
+    schema = build_schema([LINEAR, CONV], derived=derived)
+    grid = encode_grid(op_specs, conditions, schema)
+    columns = schema.columns()
+    assert grid.shape == (3, 3, len(columns))
+    # Row by row, op-major, the same numbers.
+    table = pd.DataFrame(
+        [{"spec": s, **c} for s in op_specs for c in conditions.to_dict(orient="records")]
+    )
+    expected = encode_features(table, schema).to_numpy()
+    np.testing.assert_array_equal(grid.reshape(9, len(columns)), expected)
+    # By hand: the Linear (32x128 -> 32x10, bias) in training at float16, no TF32, memory
+    # clock not measured.
+    x = dict(zip(columns, grid[0, 1], strict=True))
+    assert (x["training"], x["dtype_bytes"], x["tf32"]) == (1, 2, 0)
+    assert (x["sm_clock_mhz"], x["mem_clock_mhz"], x["power_limit_w"]) == (1410, -1, 300)
+    assert (x[f"type[{LINEAR}]"], x[f"type[{CONV}]"]) == (1, 0)
+    if derived:
+        params, elements = 128 * 10 + 10, 32 * 128 + 32 * 10
+        assert x["bytes_moved"] == (elements + params) * 2
+        assert x["flops_per_byte"] == (2 * 320 * 128 + 320) / ((elements + params) * 2)
+    else:
+        assert "bytes_moved" not in x
+
+
+def test_grid_of_nothing_and_bad_conditions():
+    schema = FeatureSchema(op_types=())
+    n = len(schema.columns())
+    assert encode_grid([], grid_conditions(), schema).shape == (0, 3, n)
+    linear = specs.canonical_json(linear_spec())
+    assert encode_grid([linear], grid_conditions()[:0], schema).shape == (1, 0, n)
+    with pytest.raises(SchemaError, match="power_limit_w"):
+        encode_grid([], grid_conditions().drop(columns="power_limit_w"), schema)
+    with pytest.raises(SchemaError, match="unknown mode"):
+        encode_grid([], grid_conditions().assign(mode="train"), schema)

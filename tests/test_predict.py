@@ -2,7 +2,10 @@
 
 The arithmetic is checked with stand-in regressors whose predictions are simple formulas of
 the features, so every total, best choice and saving is computed here by hand. Loading and
-extrapolation are checked with a forest trained on the real H100 sample.
+extrapolation are checked with a forest trained on the real H100 sample. The fast path of
+``opcost predict`` (ops encoded once per condition grid, trees walked in blocks on threads,
+memory-mapped models) is checked against scikit-learn's own forests on the real H100 sample:
+each op's prediction is the forest's ``predict`` of its row of ``encode_features``.
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,8 +23,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import opcost.predict
 from opcost import spec as specs
-from opcost.features import FEATURES_VERSION, FeatureSchema, SchemaError
+from opcost.features import (
+    FEATURES_VERSION,
+    FeatureSchema,
+    SchemaError,
+    build_schema,
+    encode_features,
+)
 from opcost.predict import (
     NEEDS_SETTINGS,
     UNSEEN_TYPE,
@@ -31,8 +43,16 @@ from opcost.predict import (
     predict_networks,
     save_predictor,
     sum_by_count,
+    training_ranges,
 )
-from opcost.train import TrainConfig, fit_predictor, op_rows
+from opcost.train import (
+    TrainConfig,
+    fit_predictor,
+    make_regressor,
+    op_rows,
+    setting_conditions,
+    usable_power,
+)
 
 DATA = Path(__file__).parent / "data" / "h100"
 LINEAR = "torch.nn.modules.linear.Linear"
@@ -331,9 +351,6 @@ def test_incompatible_schema_fails_clearly(tmp_path, predictors_dir, real_rows):
 
 @pytest.mark.parametrize("regressor", ["random_forest", "extra_trees", "gradient_boosting"])
 def test_tree_ensemble_predicts_as_scikit_learn(real_rows, regressor):
-    from opcost.features import build_schema, encode_features
-    from opcost.train import make_regressor
-
     schema = build_schema(real_rows["op_type"])
     x = encode_features(real_rows, schema)
     y = np.log(real_rows["time_s"].to_numpy())
@@ -356,3 +373,130 @@ def test_tree_ensemble_refuses_other_models():
     model = LinearRegression().fit(np.eye(3), [1.0, 2.0, 3.0])
     with pytest.raises(PredictorError, match="cannot store a LinearRegression"):
         TreeEnsemble.from_sklearn(model)
+
+
+# -- the fast path against scikit-learn ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sklearn_forests(real_rows, tmp_path_factory):
+    """scikit-learn forests on the real H100 sample, and the predictor saved from them.
+
+    40 trees: more than two groups of the 16 summed at once, and not a multiple of 16.
+    """
+    schema = build_schema(real_rows["op_type"])
+    x = encode_features(real_rows, schema)
+    cfg = TrainConfig(n_estimators=40)
+    time_rf = make_regressor(cfg).fit(x, np.log(real_rows["time_s"].to_numpy()))
+    ok = usable_power(real_rows).to_numpy()
+    power_rf = make_regressor(cfg).fit(x[ok], real_rows.loc[ok, "power_w"].to_numpy())
+    predictor = Predictor(
+        "h100",
+        schema,
+        TreeEnsemble.from_sklearn(time_rf),
+        TreeEnsemble.from_sklearn(power_rf),
+        setting_conditions(real_rows).drop(columns="n_rows"),
+        training_ranges(real_rows),
+    )
+    root = tmp_path_factory.mktemp("sklearn_predictors")
+    save_predictor(predictor, root / "h100")
+    return time_rf, power_rf, root
+
+
+def two_networks() -> pd.DataFrame:
+    return pd.concat(
+        [pd.read_parquet(DATA / "ops" / f"{n}_4x3x64x64.parquet") for n in ("resnet18", "vgg11")],
+        ignore_index=True,
+    )
+
+
+def test_network_prediction_is_the_forests_prediction_of_each_op(sklearn_forests):
+    time_rf, power_rf, root = sklearn_forests
+    loaded = load_predictors(root)
+    ops = two_networks()
+    result = predict_networks(loaded, ops)
+    # Expected: every distinct op at every trained condition, as one row of
+    # encode_features each, predicted by scikit-learn.
+    conditions = loaded["h100"].conditions
+    unique = ops.drop_duplicates("op_id")
+    rows = pd.DataFrame(
+        [
+            {"op_id": op_id, "spec": spec, **cond}
+            for op_id, spec in zip(unique["op_id"], unique["spec"], strict=True)
+            for cond in conditions.to_dict(orient="records")
+        ]
+    )
+    x = encode_features(rows, loaded["h100"].schema)
+    rows["time"] = np.exp(time_rf.predict(x))
+    rows["power"] = power_rf.predict(x)
+    got = result.op_predictions.merge(rows, on=["op_id", "setting", "mode"], validate="m:1")
+    assert len(got) == len(result.op_predictions) == len(ops) * len(conditions)
+    # The forest sums its trees in another order than scikit-learn: equal to rounding.
+    np.testing.assert_allclose(got["time_pred_s"], got["time"], rtol=1e-12)
+    np.testing.assert_allclose(got["power_pred_w"], got["power"], rtol=1e-12)
+    np.testing.assert_allclose(got["energy_pred_j"], got["time"] * got["power"], rtol=1e-12)
+    # Network totals: count-weighted sums of scikit-learn's predictions.
+    for (network, mode), group in got.groupby(["network", "mode"]):
+        row = result.table.set_index(["network", "mode"]).loc[(network, mode)]
+        assert row["time_s"] == pytest.approx((group["count"] * group["time"]).sum(), rel=1e-12)
+        energy = (group["count"] * group["time"] * group["power"]).sum()
+        assert row["energy_j"] == pytest.approx(energy, rel=1e-12)
+    assert set(result.table["network"]) == {"resnet18_4x3x64x64", "vgg11_4x3x64x64"}
+
+
+@pytest.mark.parametrize(
+    ("walkers", "chunk_rows", "threads"), [(50, 7, 1), (50, 7, 3), (1000, 10_000, 2)]
+)
+def test_predictions_do_not_depend_on_blocks_chunks_or_threads(
+    sklearn_forests, monkeypatch, walkers, chunk_rows, threads
+):
+    time_rf, _, root = sklearn_forests
+    model = load_predictor(root / "h100").time_model
+    rows = two_networks().merge(load_predictor(root / "h100").conditions, how="cross")
+    x = encode_features(rows, load_predictor(root / "h100").schema)
+    default = model.predict(x)
+    # Walked 7 trees at a time in chunks of 7 rows, on 1 or 3 threads: the same bits,
+    # because the leaf values are summed in one fixed order.
+    monkeypatch.setattr(opcost.predict, "_WALKERS", walkers)
+    monkeypatch.setattr(opcost.predict, "_CHUNK_ROWS", chunk_rows)
+    monkeypatch.setattr(opcost.predict, "_MAX_THREADS", threads)
+    np.testing.assert_array_equal(model.predict(x), default)
+    np.testing.assert_allclose(default, time_rf.predict(x), rtol=1e-12)
+
+
+def test_retraining_in_place_leaves_a_loaded_predictor_intact(tmp_path, real_rows):
+    # Models are memory-mapped; saving over them must not change (or crash) a process
+    # that still predicts with the old ones, as `opcost predict` during `snakemake`.
+    save_predictor(fit_predictor(real_rows, TrainConfig(n_estimators=5), "h100"), tmp_path / "h100")
+    ops = pd.read_parquet(DATA / "ops" / "resnet18_4x3x64x64.parquet")
+    loaded = load_predictor(tmp_path / "h100")
+    before = loaded.predict_ops(ops)
+    retrained = fit_predictor(real_rows, TrainConfig(n_estimators=30, seed=1), "h100")
+    save_predictor(retrained, tmp_path / "h100")
+    pd.testing.assert_frame_equal(loaded.predict_ops(ops), before, check_exact=True)
+    reloaded = load_predictor(tmp_path / "h100").predict_ops(ops)
+    pd.testing.assert_frame_equal(reloaded, retrained.predict_ops(ops), check_exact=True)
+    assert not np.array_equal(reloaded["time_pred_s"], before["time_pred_s"])
+
+
+def test_predict_from_an_op_table_imports_no_heavy_module(predictors_dir, tmp_path):
+    # `opcost predict --ops` should pay for numpy, pandas and pyarrow only: torch alone
+    # takes seconds to import, scikit-learn most of one.
+    ops = tmp_path / "ops.parquet"
+    shutil.copy(DATA / "ops" / "resnet18_4x3x64x64.parquet", ops)
+    heavy = ["torch", "torchvision", "sklearn", "scipy", "matplotlib", "snakemake", "tqdm"]
+    code = (
+        "import sys\n"
+        "from opcost.cli import main\n"
+        f"rc = main(['predict', '--ops', {str(ops)!r}, '--predictors', "
+        f"{str(predictors_dir)!r}, '--format', 'csv'])\n"
+        f"print('imported:', sorted(m for m in {heavy!r} if m in sys.modules))\n"
+        "sys.exit(rc)\n"
+    )
+    # stderr is a pipe, not a terminal: no progress bar, so no tqdm either.
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("network,gpu,setting,mode,time_s")
+    assert len(lines) == 1 + 2 + 1  # header, both modes, the import line
+    assert lines[-1] == "imported: []"

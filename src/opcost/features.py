@@ -361,6 +361,47 @@ def op_counts(spec_json: str) -> dict[str, float]:
     return dict(zip(COUNTS, counts.tolist(), strict=True))
 
 
+def _check_table(table: pd.DataFrame, required: Sequence[str] = REQUIRED_COLUMNS) -> None:
+    missing = [c for c in required if c not in table.columns]
+    if missing:
+        raise SchemaError(f"cannot encode features: the table lacks columns {missing}")
+    bad_modes = sorted(set(table["mode"]) - {"inference", "training"})
+    if bad_modes:
+        raise SchemaError(f"unknown mode(s) {bad_modes}; expected inference or training")
+
+
+def _condition_part(table: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: ``training``, ``dtype_bytes``, ``tf32`` and :data:`CONDITIONS` (``-1``
+    where not measured) as a ``(n, 6)`` array, and the dtype's bytes per element."""
+    nbytes = np.array([dtype_bytes(str(d)) for d in table["dtype"]], dtype=np.float64)
+    conds = [
+        pd.to_numeric(table[c], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+        for c in CONDITIONS
+    ]
+    part = np.column_stack(
+        [
+            (table["mode"].to_numpy() == "training").astype(np.float64),
+            nbytes,
+            table["tf32"].astype(bool).to_numpy(dtype=np.float64),
+            *[np.where(np.isfinite(c), c, NOT_APPLICABLE) for c in conds],
+        ]
+    )
+    return part, nbytes
+
+
+def _derived_part(counts: np.ndarray, nbytes: np.ndarray) -> list[np.ndarray]:
+    """The :data:`DERIVED` features from an op's counts and the dtype's bytes per
+    element; the last axis of ``counts`` holds :data:`COUNTS`, and the two broadcast."""
+    flops, params, in_numel, out_numel = np.moveaxis(counts, -1, 0)
+    moved = (in_numel + out_numel + params) * nbytes
+    flops = np.broadcast_to(flops, moved.shape)
+    intensity = np.divide(flops, moved, out=np.zeros_like(moved), where=moved > 0)
+    return [np.broadcast_to(c, moved.shape) for c in (flops, params, in_numel, out_numel)] + [
+        moved,
+        intensity,
+    ]
+
+
 def encode_features(table: pd.DataFrame, schema: FeatureSchema) -> pd.DataFrame:
     """Feature matrix of a table of measurements (or of ops at chosen conditions).
 
@@ -376,12 +417,7 @@ def encode_features(table: pd.DataFrame, schema: FeatureSchema) -> pd.DataFrame:
     Raises:
         SchemaError: a required column is missing or a mode is unknown.
     """
-    missing = [c for c in REQUIRED_COLUMNS if c not in table.columns]
-    if missing:
-        raise SchemaError(f"cannot encode features: the table lacks columns {missing}")
-    bad_modes = sorted(set(table["mode"]) - {"inference", "training"})
-    if bad_modes:
-        raise SchemaError(f"unknown mode(s) {bad_modes}; expected inference or training")
+    _check_table(table)
     columns = schema.columns()
     n = len(table)
     if n == 0:
@@ -391,24 +427,52 @@ def encode_features(table: pd.DataFrame, schema: FeatureSchema) -> pd.DataFrame:
     parts = [_op_vector(s, schema) for s in uniq]
     op_part = np.stack([p[0] for p in parts])[inverse]
     counts = np.stack([p[1] for p in parts])[inverse]
-    nbytes = np.array([dtype_bytes(str(d)) for d in table["dtype"]], dtype=np.float64)
-    conds = [
-        pd.to_numeric(table[c], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-        for c in CONDITIONS
-    ]
-    row_part = [
-        (table["mode"].to_numpy() == "training").astype(np.float64),
-        nbytes,
-        table["tf32"].astype(bool).to_numpy(dtype=np.float64),
-        *[np.where(np.isfinite(c), c, NOT_APPLICABLE) for c in conds],
-    ]
-    blocks = [op_part, np.column_stack(row_part)]
+    row_part, nbytes = _condition_part(table)
+    blocks = [op_part, row_part]
     if schema.derived:
-        flops, params, in_numel, out_numel = counts.T
-        moved = (in_numel + out_numel + params) * nbytes
-        intensity = np.divide(flops, moved, out=np.zeros_like(flops), where=moved > 0)
-        blocks.append(np.column_stack([flops, params, in_numel, out_numel, moved, intensity]))
+        blocks.append(np.column_stack(_derived_part(counts, nbytes)))
     matrix = np.hstack(blocks)
     if matrix.shape[1] != len(columns):  # pragma: no cover - would be a bug in this module
         raise SchemaError(f"encoded {matrix.shape[1]} features, schema has {len(columns)}")
     return pd.DataFrame(matrix, columns=columns, index=table.index)
+
+
+def encode_grid(
+    specs: Sequence[str], conditions: pd.DataFrame, schema: FeatureSchema
+) -> np.ndarray:
+    """Feature vectors of every op at every condition, as prediction needs them.
+
+    The same numbers as :func:`encode_features` of the table with one row per op and
+    condition (op-major: all conditions of the first op, then the second's), but each
+    op's part is encoded once and each condition's once, instead of once per row.
+
+    Args:
+        specs: canonical JSON of each op.
+        conditions: one row per condition, with the columns of :func:`encode_features`
+            other than ``spec``.
+        schema: the encoding.
+
+    Returns:
+        ``(len(specs), len(conditions), len(schema.columns()))`` floats.
+
+    Raises:
+        SchemaError: a required column is missing or a mode is unknown.
+    """
+    _check_table(conditions, [c for c in REQUIRED_COLUMNS if c != "spec"])
+    columns = schema.columns()
+    out = np.empty((len(specs), len(conditions), len(columns)))
+    if out.size == 0:
+        return out
+    parts = [_op_vector(str(s), schema) for s in specs]
+    op_part = np.stack([p[0] for p in parts])
+    counts = np.stack([p[1] for p in parts])
+    row_part, nbytes = _condition_part(conditions)
+    n_op, n_row = op_part.shape[1], row_part.shape[1]
+    out[:, :, :n_op] = op_part[:, None, :]
+    out[:, :, n_op : n_op + n_row] = row_part[None, :, :]
+    if schema.derived:
+        derived = _derived_part(counts[:, None, :], nbytes[None, :])
+        out[:, :, n_op + n_row :] = np.stack(derived, axis=-1)
+    elif n_op + n_row != len(columns):  # pragma: no cover - would be a bug in this module
+        raise SchemaError(f"encoded {n_op + n_row} features, schema has {len(columns)}")
+    return out

@@ -24,8 +24,10 @@ prediction is the sum over its operations, each counted as often as it runs (the
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,7 @@ from opcost.features import (
     SchemaError,
     check_schema,
     encode_features,
+    encode_grid,
     op_counts,
 )
 from opcost.names import MODES
@@ -57,12 +60,23 @@ class PredictorError(ValueError):
     """A predictor directory is missing, incomplete or incompatible; the message names it."""
 
 
-#: Rows predicted at once, and trees walked at once: small enough that the work arrays
-#: stay in cache, large enough that numpy's per-call overhead does not dominate.
+#: Rows predicted at once: bounds the (rows, trees) matrix of leaf values (8192 rows of
+#: 300 trees: 20 MB).
 _CHUNK_ROWS = 8192
-_TREE_GROUP = 16
+#: Walkers (one per row and tree) started at once: enough that numpy's per-call
+#: overhead is small against a step's work, few enough that the nodes of the trees walked
+#: together (20 trees for 1,600 rows) stay in cache.
+_WALKERS = 32768
+#: Trees whose leaf values are summed before adding to the total. Not a tuning knob: the
+#: order of the floating-point additions, and so the last bit of every prediction,
+#: depends on it (16 since the first TreeEnsemble).
+_SUM_GROUP = 16
 #: Steps between removing finished walkers (a finished walker stays on its leaf).
 _COMPACT_EVERY = 4
+#: Most threads walking blocks of one ensemble's trees (and at most one per CPU). The walk
+#: is numpy's take and comparisons, which release the GIL: during a walk another thread
+#: gets the GIL thousands of times a second, against about 150 under pure Python.
+_MAX_THREADS = 4
 
 
 def _floor_float32(threshold: np.ndarray) -> np.ndarray:
@@ -202,6 +216,10 @@ class TreeEnsemble:
     def predict(self, x: Any) -> np.ndarray:
         """The ensemble's prediction for each row of ``x`` (columns as ``feature_names_in_``).
 
+        Blocks of trees are walked on up to :data:`_MAX_THREADS` threads; the leaf values
+        are summed in one fixed order, so the result does not depend on the blocks, the
+        chunks of rows or the threads.
+
         Raises:
             SchemaError: ``x`` has other columns than the model was trained on.
         """
@@ -212,34 +230,68 @@ class TreeEnsemble:
             raise SchemaError(
                 f"expected {self.n_features_in_} features per row, got shape {data.shape}"
             )
+        # The comparisons scikit-learn makes: float64 input cast to the thresholds' type.
         data = np.ascontiguousarray(data, dtype=self.threshold.dtype)
+        n_trees = len(self.roots)
         out = np.zeros(len(data))
         for lo in range(0, len(data), _CHUNK_ROWS):
             chunk = data[lo : lo + _CHUNK_ROWS]
-            for g in range(0, len(self.roots), _TREE_GROUP):
-                out[lo : lo + len(chunk)] += self._leaf_sum(chunk, self.roots[g : g + _TREE_GROUP])
+            per_walk = max(1, _WALKERS // len(chunk))
+            blocks = [(chunk, self.roots[t : t + per_walk]) for t in range(0, n_trees, per_walk)]
+            leaf_values = np.hstack(_starmap_threads(self._leaf_values, blocks))
+            # Summed in the same order as ever, so that predictions do not change.
+            for t in range(0, n_trees, _SUM_GROUP):
+                out[lo : lo + len(chunk)] += leaf_values[:, t : t + _SUM_GROUP].sum(axis=1)
         if self.combine == "mean":
-            out /= len(self.roots)
+            out /= n_trees
         return out + self.offset
 
-    def _leaf_sum(self, data: np.ndarray, roots: np.ndarray) -> np.ndarray:
-        """Sum over the given trees of each row's leaf value."""
+    def _leaf_values(self, data: np.ndarray, roots: np.ndarray) -> np.ndarray:
+        """``(n_rows, len(roots))``: the value of the leaf each row reaches in each tree.
+
+        All (row, tree) walkers move down one level per step, as arrays.
+        """
         n_rows, n_features = data.shape
         flat = data.ravel()
-        # One walker per (row, tree), all moving down one level per step.
-        node = np.tile(roots, n_rows)
-        offset = np.repeat(np.arange(n_rows, dtype=np.int64) * n_features, len(roots))
-        active = np.arange(len(node))
+        feature, threshold, is_leaf = self.feature, self.threshold, self.is_leaf
+        # The child of node n is children[2 * n + went_right].
+        children = self.children.reshape(-1)
+        # intp indices and take(): numpy converts other index types first, and fancy
+        # indexing is slower than take.
+        node = np.tile(roots.astype(np.intp), n_rows)
+        offset = np.repeat(np.arange(n_rows, dtype=np.intp) * n_features, len(roots))
+        slot = np.arange(len(node), dtype=np.intp)
+        values = np.empty(len(node))
         step = 0
-        while active.size:
-            at = node[active]
-            right = flat[offset[active] + self.feature[at]] > self.threshold[at]
-            at = self.children[at, right.view(np.int8)]
-            node[active] = at
+        while node.size:
+            right = flat.take(offset + feature.take(node)) > threshold.take(node)
+            # In place: int64 + bool in one expression takes numpy's slow casting path.
+            node *= 2
+            node += right
+            node = children.take(node).astype(np.intp)
             step += 1
             if step % _COMPACT_EVERY == 0:
-                active = active[~self.is_leaf[at]]
-        return self.value[node].reshape(n_rows, len(roots)).sum(axis=1)
+                finished = is_leaf.take(node)
+                at = np.flatnonzero(finished)
+                values[slot.take(at)] = self.value.take(node.take(at))
+                keep = np.flatnonzero(~finished)
+                node, offset, slot = node.take(keep), offset.take(keep), slot.take(keep)
+        return values.reshape(n_rows, len(roots))
+
+
+def _starmap_threads(func: Callable[..., Any], args: list[tuple[Any, ...]]) -> list[Any]:
+    """``[func(*a) for a in args]``, on up to :data:`_MAX_THREADS` threads (one per CPU)."""
+    try:
+        n_cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        n_cpus = os.cpu_count() or 1
+    n_threads = min(_MAX_THREADS, n_cpus, len(args))
+    if n_threads <= 1:
+        return [func(*a) for a in args]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(n_threads) as pool:
+        return list(pool.map(func, *zip(*args, strict=True)))
 
 
 @dataclass
@@ -280,9 +332,12 @@ class Predictor:
             A frame with ``rows``'s index and ``time_pred_s``, ``power_pred_w`` (NaN
             without a power model) and ``energy_pred_j`` = time · power (thesis 4.1).
         """
-        x = encode_features(rows, self.schema)
-        out = pd.DataFrame(index=rows.index)
-        if len(rows) == 0:
+        return self._predict_features(encode_features(rows, self.schema))
+
+    def _predict_features(self, x: pd.DataFrame) -> pd.DataFrame:
+        """Time, power and energy predictions for a feature frame, with its index."""
+        out = pd.DataFrame(index=x.index)
+        if len(x) == 0:
             out["time_pred_s"] = out["power_pred_w"] = out["energy_pred_j"] = []
             return out
         out["time_pred_s"] = np.exp(self.time_model.predict(x))
@@ -307,19 +362,33 @@ class Predictor:
             settings: settings to predict (default every trained one).
 
         Returns:
-            One row per op, setting and mode: ``gpu``, ``op_id``, ``setting``, ``mode``,
-            ``time_pred_s``, ``power_pred_w``, ``energy_pred_j``.
+            One row per op, setting and mode (all conditions of the first op, then the
+            second's, ...): ``gpu``, ``op_id``, ``setting``, ``mode``, ``time_pred_s``,
+            ``power_pred_w``, ``energy_pred_j``.
 
         Raises:
             PredictorError: a mode or setting this predictor was not trained for.
         """
         conditions = self.select_conditions(modes, settings)
-        unique = ops.drop_duplicates("op_id")[["op_id", "spec"]]
-        rows = unique.merge(conditions, how="cross")
-        pred = self.predict_rows(rows)
-        out = rows[["op_id", "setting", "mode"]].copy()
+        unique = ops.drop_duplicates("op_id")
+        n_ops, n_conditions = len(unique), len(conditions)
+        # Each op and each condition encoded once, then every pair: not a cross join of
+        # frames encoded row by row.
+        x = encode_grid(unique["spec"].tolist(), conditions, self.schema)
+        columns = self.schema.columns()
+        features = pd.DataFrame(x.reshape(n_ops * n_conditions, len(columns)), columns=columns)
+        op_at = np.repeat(np.arange(n_ops), n_conditions)
+        condition_at = np.tile(np.arange(n_conditions), n_ops)
+        out = pd.concat(
+            [
+                unique[["op_id"]].iloc[op_at].reset_index(drop=True),
+                conditions[["setting", "mode"]].iloc[condition_at].reset_index(drop=True),
+                self._predict_features(features),
+            ],
+            axis=1,
+        )
         out.insert(0, "gpu", self.gpu)
-        return pd.concat([out, pred], axis=1)
+        return out
 
     def select_conditions(
         self, modes: Sequence[str] | None = None, settings: Sequence[str] | None = None
@@ -349,7 +418,7 @@ class Predictor:
         """
         rows = []
         for op in ops.drop_duplicates("op_id").itertuples(index=False):
-            spec_type = json.loads(op.spec)["type"]
+            spec_type = _spec_type(op.spec)
             if spec_type not in self.ranges:
                 rows.append((self.gpu, op.op_id, spec_type, UNSEEN_TYPE))
                 continue
@@ -365,6 +434,12 @@ class Predictor:
             if reasons:
                 rows.append((self.gpu, op.op_id, spec_type, "; ".join(reasons)))
         return pd.DataFrame(rows, columns=["gpu", "op_id", "type", "reason"])
+
+
+@lru_cache(maxsize=65536)
+def _spec_type(spec: str) -> str:
+    """An op's type; cached, as every GPU configuration asks for the same ops."""
+    return json.loads(spec)["type"]
 
 
 def training_ranges(rows: pd.DataFrame) -> dict[str, dict[str, list[float]]]:
@@ -386,8 +461,8 @@ def save_predictor(predictor: Predictor, directory: str | Path) -> None:
     """Write ``time.joblib``, ``power.joblib`` (None without power) and ``features.json``."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    joblib.dump(predictor.time_model, directory / TIME_FILE)
-    joblib.dump(predictor.power_model, directory / POWER_FILE)
+    _dump_atomic(predictor.time_model, directory / TIME_FILE)
+    _dump_atomic(predictor.power_model, directory / POWER_FILE)
     cond = predictor.conditions.astype(object).where(predictor.conditions.notna(), None)
     doc = {
         **predictor.meta,
@@ -405,6 +480,34 @@ def save_predictor(predictor: Predictor, directory: str | Path) -> None:
     tmp.replace(directory / FEATURES_FILE)
 
 
+def _dump_atomic(model: Any, path: Path) -> None:
+    """Write under a temporary name, then rename: a predictor that memory-maps the old
+    file (:func:`load_predictor`) keeps reading it whole, and none sees half a file."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        joblib.dump(model, tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _load_model(path: Path) -> Any:
+    """A saved model, its node arrays memory-mapped rather than read.
+
+    Mapping costs milliseconds where reading 300-tree forests (tens of MB each) took a
+    good part of a second; the pages the walk touches come from the page cache. The
+    arrays become plain (read-only) ndarrays, since numpy.memmap adds a Python-level
+    hook to every operation on them.
+    """
+    model = joblib.load(path, mmap_mode="r")
+    if isinstance(model, TreeEnsemble):
+        for name in TreeEnsemble.__dataclass_fields__:
+            value = getattr(model, name)
+            if isinstance(value, np.memmap):
+                setattr(model, name, np.asarray(value))
+    return model
+
+
 def _model_columns(model: Any) -> list[str] | None:
     names = getattr(model, "feature_names_in_", None)
     return None if names is None else [str(n) for n in names]
@@ -412,6 +515,9 @@ def _model_columns(model: Any) -> list[str] | None:
 
 def load_predictor(directory: str | Path) -> Predictor:
     """Load one GPU configuration's predictor and check its schema.
+
+    The models' arrays are memory-mapped read-only (:func:`_load_model`); retraining
+    replaces the files rather than overwriting them, so a loaded predictor stays valid.
 
     Raises:
         PredictorError: a file is missing or unreadable.
@@ -435,8 +541,8 @@ def load_predictor(directory: str | Path) -> Predictor:
     schema = FeatureSchema.from_dict(doc["schema"])
     check_schema(schema, doc.get("columns", []), str(path))
     try:
-        time_model = joblib.load(directory / TIME_FILE)
-        power_model = joblib.load(directory / POWER_FILE)
+        time_model = _load_model(directory / TIME_FILE)
+        power_model = _load_model(directory / POWER_FILE)
     except Exception as e:  # unpickling raises many types for a corrupt file
         raise PredictorError(f"{directory}: cannot load the models ({e}); retrain them") from e
     for name, model in ((TIME_FILE, time_model), (POWER_FILE, power_model)):
@@ -609,10 +715,13 @@ def predict_networks(
             f"no predictor was trained for mode {unknown[0]!r} "
             f"(trained: {', '.join(sorted(trained_modes))})"
         )
-    from tqdm import tqdm
+    gpus = sorted(predictors)
+    if progress:  # tqdm only when asked for: its import alone takes about 30 ms
+        from tqdm import tqdm
 
+        gpus = tqdm(gpus, desc="predict", unit="gpu")
     preds, per_op, flagged = [], [], []
-    for gpu in tqdm(sorted(predictors), desc="predict", unit="gpu", disable=not progress):
+    for gpu in gpus:
         p = predictors[gpu]
         gpu_modes = [m for m in modes if m in p.modes]
         if not gpu_modes:
