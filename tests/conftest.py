@@ -1,3 +1,5 @@
+import json
+import os
 import sys
 from pathlib import Path
 
@@ -6,11 +8,65 @@ import pytest
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 DATA = TESTS / "data"
+FAKES = TESTS / "fakes"
 
-# User models for import-path tests live in tests/toymodels.
+# User models for import-path tests live in tests/toymodels; test modules also import
+# helpers from each other and from here (`from conftest import recorded`).
 sys.path.insert(0, str(TESTS))
 
 
 @pytest.fixture
 def repo() -> Path:
     return REPO
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """Fake nvidia-smi first on PATH, a private state dir; return the call record's path.
+
+    The fake (tests/fakes/nvidia-smi, described in tests/fakes/README.md) appends the
+    arguments of every call to the returned file; its failure modes are switched on with
+    ``FAKE_NVSMI_*`` variables, all unset here.
+    """
+    assert os.access(FAKES / "nvidia-smi", os.X_OK), "tests/fakes/nvidia-smi must be executable"
+    # The fake's `#!/usr/bin/env python3` then finds this interpreter (not a slow shim).
+    python_dir = Path(sys.executable).parent
+    monkeypatch.setenv("PATH", os.pathsep.join([str(FAKES), str(python_dir), os.environ["PATH"]]))
+    for name in (
+        "FAKE_NVSMI_MODE",
+        "FAKE_NVSMI_LOG",
+        "FAKE_NVSMI_NA_FIELDS",
+        "FAKE_NVSMI_IGNORE_TERM",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    # Markers of applied GPU settings (opcost.gpu_setting) go here, not to ~/.cache.
+    monkeypatch.setenv("OPCOST_STATE_DIR", str(tmp_path / "state"))
+    path = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("FAKE_NVSMI_CALLS", str(path))
+    return path
+
+
+def recorded(path: Path) -> list[list[str]]:
+    """The fake nvidia-smi's calls, each as its argument list (see the ``calls`` fixture)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def changes(path: Path) -> list[list[str]]:
+    """The recorded calls that change the card (lock, limit, reset), in order."""
+    return [c for c in recorded(path) if {"-lgc", "-rgc", "-pl"} & set(c)]
+
+
+@pytest.fixture(scope="session")
+def predictors(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Predictors trained on the real H100 sample (10 trees), one directory per GPU."""
+    import pandas as pd
+
+    from opcost.predict import save_predictor
+    from opcost.train import TrainConfig, fit_predictor, op_rows
+
+    root = tmp_path_factory.mktemp("predictors")
+    rows = op_rows(pd.read_parquet(DATA / "h100" / "dataset" / "h100.parquet"))
+    save_predictor(fit_predictor(rows, TrainConfig(n_estimators=10), "h100"), root / "h100")
+    return root

@@ -1,4 +1,8 @@
-"""Tests for the ``opcost`` command line: extract and predict, their outputs and their errors."""
+"""Tests for the ``opcost`` command line: extract, predict and train, and their outputs.
+
+Their errors (bad arguments, missing or incompatible files) are tested in
+tests/test_bad_input.py; the ``predictors`` fixture is in tests/conftest.py.
+"""
 
 from __future__ import annotations
 
@@ -12,22 +16,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from opcost.cli import CliError, main, parse_shape
-from opcost.predict import save_predictor
-from opcost.train import TrainConfig, fit_predictor, op_rows
+from opcost.cli import main, parse_shape
 
 TESTS = Path(__file__).parent
 DATA = TESTS / "data" / "h100"
 RESNET18_OPS = DATA / "ops" / "resnet18_4x3x64x64.parquet"
 TINY = ["--model", "toymodels.nets:tiny_mlp", "--input", "8,16"]
-
-
-@pytest.fixture(scope="module")
-def predictors(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("predictors")
-    rows = op_rows(pd.read_parquet(DATA / "dataset" / "h100.parquet"))
-    save_predictor(fit_predictor(rows, TrainConfig(n_estimators=10), "h100"), root / "h100")
-    return root
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -36,27 +30,12 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def assert_clean_error(code: int, err: str, *fragments: str) -> None:
-    assert code == 2
-    assert "Traceback" not in err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    for fragment in fragments:
-        assert fragment in lines[0], err
-
-
 @pytest.mark.parametrize(
     ("text", "shape"),
     [("32,3,224,224", (32, 3, 224, 224)), ("8x16", (8, 16)), (" 4, 3 ,64,64 ", (4, 3, 64, 64))],
 )
 def test_parse_shape(text, shape):
     assert parse_shape(text) == shape
-
-
-@pytest.mark.parametrize("text", ["", "3,x", "3,0,4", "-1,2"])
-def test_parse_shape_rejects(text):
-    with pytest.raises(CliError, match="--input"):
-        parse_shape(text)
 
 
 def test_extract_prints_ops_and_counts(capsys, tmp_path):
@@ -135,53 +114,6 @@ def test_predict_a_model_it_never_saw(capsys, predictors):
     assert "op type not in the training data" in out
 
 
-@pytest.mark.parametrize(
-    ("argv", "fragment"),
-    [
-        (["predict", *TINY, "--predictors", "/nonexistent/dir"], "no such predictor directory"),
-        (["predict", "--model", "no_such_net", "--input", "1,3,8,8"], "unknown model"),
-        (["predict", "--model", "resnet18", "--input", "1,3,x"], "--input"),
-        (["predict", "--model", "resnet18"], "--model needs --input"),
-        (["predict"], "either --model"),
-        (["predict", "--model", "resnet18", "--input", "1,3,8,8", "--ops", "x"], "either"),
-        (["predict", "--ops", "/nonexistent.parquet"], "no such file"),
-        (["extract", "--model", "toymodels.nets:not_a_module", "--input", "2"], "not a torch"),
-        (["extract", "--model", "resnet18", "--input", "1,3,0,8"], "--input"),
-    ],
-)
-def test_errors_end_with_one_line_and_exit_2(capsys, predictors, argv, fragment):
-    if "--predictors" not in argv and argv[0] == "predict":
-        argv = [*argv, "--predictors", str(predictors)]
-    code, _, err = run(capsys, *argv)
-    assert_clean_error(code, err, fragment)
-
-
-def test_corrupt_op_table_and_incompatible_predictors(capsys, predictors, tmp_path):
-    bad = tmp_path / "bad.parquet"
-    bad.write_bytes(b"not parquet")
-    code, _, err = run(capsys, "predict", "--ops", str(bad), "--predictors", str(predictors))
-    assert_clean_error(code, err, "not a readable Parquet file")
-    other = tmp_path / "predictors" / "h100"
-    other.mkdir(parents=True)
-    for name in ("time.joblib", "power.joblib"):
-        (other / name).write_bytes((predictors / "h100" / name).read_bytes())
-    doc = json.loads((predictors / "h100" / "features.json").read_text())
-    doc["schema"]["op_types"] = doc["schema"]["op_types"][:-1]  # a type fewer
-    doc["columns"] = [c for c in doc["columns"] if not c.startswith("type[torch.flatten")]
-    (other / "features.json").write_text(json.dumps(doc))
-    code, _, err = run(capsys, "predict", *TINY, "--predictors", str(other.parent))
-    assert_clean_error(code, err, "retrain")
-
-
-def test_unknown_mode_is_refused(capsys, predictors):
-    with pytest.raises(SystemExit) as exit_info:
-        main(
-            ["predict", "--ops", str(RESNET18_OPS), "--predictors", str(predictors), "--mode", "x"]
-        )
-    assert exit_info.value.code == 2
-    assert "invalid choice: 'x'" in capsys.readouterr().err
-
-
 def test_predict_from_a_table_does_not_import_torch(predictors):
     # A fresh interpreter, as a user runs it: from an op table, no torch import (seconds
     # saved), and the error path prints no traceback.
@@ -227,15 +159,3 @@ def test_train_then_predict(capsys, tmp_path):
     code, stdout, _ = run(capsys, "predict", *TINY, "--predictors", str(out.parent))
     assert code == 0
     assert "fastest h100/default" in stdout
-
-
-def test_train_errors_are_one_line(capsys, tmp_path):
-    config = tmp_path / "bad.yaml"
-    config.write_text("train: {n_trees: 5}\n")
-    dataset = str(DATA / "dataset" / "h100.parquet")
-    code, _, err = run(
-        capsys, "train", "--dataset", dataset, "--gpu", "h100", "--config", str(config)
-    )
-    assert_clean_error(code, err, "invalid config", "n_trees")
-    code, _, err = run(capsys, "train", "--dataset", str(tmp_path / "none.parquet"), "--gpu", "x")
-    assert_clean_error(code, err, "no such file")

@@ -1,12 +1,13 @@
-"""The pipeline through Snakemake's CLI, on the CPU, in temporary working directories."""
+"""The pipeline through Snakemake's CLI, on the CPU, in temporary working directories.
 
-import json
+A run killed mid-profiling and the no-overlap of profiling jobs are tested in
+tests/test_faults.py, which imports :func:`snakemake` from here.
+"""
+
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
 
 import pandas as pd
 import pytest
@@ -77,70 +78,3 @@ def test_tiny_study_runs_end_to_end_and_a_rerun_does_nothing(repo, tmp_path):
     again = snakemake(repo, tmp_path, "-n", *config)
     assert again.returncode == 0
     assert "Nothing to be done" in again.stdout + again.stderr
-
-
-def _intervals(workdir):
-    records = [json.loads(p.read_text()) for p in (workdir / "results/raw").rglob("*.json")]
-    return sorted((r["started_unix_s"], r["finished_unix_s"]) for r in records)
-
-
-def test_profiling_jobs_never_overlap_without_resources_flag(repo, tmp_path):
-    """The default profile limits gpu=1: no two profiling jobs share the device."""
-    config = ["--configfile", str(repo / "tests/data/configs/tiny.yaml")]
-    run = snakemake(repo, tmp_path, "--cores", "4", *config)  # no --resources given
-    assert run.returncode == 0, run.stderr[-4000:]
-    spans = _intervals(tmp_path)
-    assert len(spans) > 10
-    for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
-        assert start >= end
-
-
-def test_run_killed_mid_profiling_resumes_and_completes(repo, tmp_path):
-    config = ["--configfile", str(repo / "tests/data/configs/tiny.yaml")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo / "tests"), str(repo / "src")])}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "-s",
-            str(repo / "Snakefile"),
-            "--directory",
-            str(tmp_path),
-            "--cores",
-            "2",
-            *config,
-        ],
-        cwd=repo,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    raw = tmp_path / "results/raw"
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline and len(list(raw.rglob("*.json"))) < 5:
-        time.sleep(0.2)
-    # As SLURM or a user stops a run: SIGTERM (Snakemake finishes its running job), then
-    # SIGKILL if it has not exited after a grace period.
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=60)
-    measured_before = {p.name for p in raw.rglob("*.json")}
-    assert len(measured_before) > 0
-    # Nothing half-written looks complete: every final JSON parses and has its CSV.
-    for p in raw.rglob("*.json"):
-        assert json.loads(p.read_text())["status"] == "ok"
-        assert p.with_suffix(".csv").exists()
-    # After a SIGKILL Snakemake's lock remains; --unlock is the documented way on.
-    assert snakemake(repo, tmp_path, "--unlock", *config).returncode == 0
-    again = snakemake(repo, tmp_path, "--cores", "2", *config)
-    assert again.returncode == 0, again.stderr[-4000:]
-    # Only what was missing ran: the measurements made before the kill were kept.
-    assert measured_before <= {p.name for p in raw.rglob("*.json")}
-    dataset = pd.read_parquet(tmp_path / "results/dataset/cpu.parquet")
-    unique = pd.read_parquet(tmp_path / "results/ops/unique.parquet")
-    assert len(dataset) == 2 * len(unique) + 4
-    assert not list(raw.rglob(".*.tmp-*"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -12,16 +13,26 @@ class TableError(ValueError):
     """A table file is missing, corrupt or lacks columns; the message names the file."""
 
 
-def write_parquet_atomic(table: pd.DataFrame, path: str | Path) -> None:
-    """Write Parquet under a temporary name, then rename: readers never see half a file."""
+def _write_atomic(path: str | Path, write: Callable[[Path], None]) -> None:
+    """Write under a temporary name, then rename: readers never see half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        table.to_parquet(tmp, index=False)
+        write(tmp)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def write_parquet_atomic(table: pd.DataFrame, path: str | Path) -> None:
+    """Write a table as Parquet, atomically."""
+    _write_atomic(path, lambda tmp: table.to_parquet(tmp, index=False))
+
+
+def write_csv_atomic(table: pd.DataFrame, path: str | Path) -> None:
+    """Write a table as CSV (for the report and for people), atomically."""
+    _write_atomic(path, lambda tmp: table.to_csv(tmp, index=False))
 
 
 def read_parquet(path: str | Path, columns: list[str] | None = None) -> pd.DataFrame:

@@ -63,7 +63,11 @@ def get_final_outputs(wildcards):
     # FIGURE_TARGETS (figures.smk) holds the validation tables' figures and the report's.
     return (
         FIGURE_TARGETS
-        + expand("results/dataset/{gpu}.parquet", gpu=STUDY.gpus)
+        + expand(
+            "results/dataset/{gpu}.{name}",
+            gpu=STUDY.gpus,
+            name=["parquet", "failed.csv"],
+        )
         + expand(
             "results/predictors/{gpu}/{name}",
             gpu=STUDY.gpus,

@@ -13,3 +13,24 @@ rule evaluate:
         min_power_updates=config["evaluate"]["min_power_updates"],
     script:
         "../scripts/evaluate.py"
+
+
+# The failed measurements (out of memory, an op that cannot run here) as a CSV that the
+# report shows, per GPU configuration: a gap in the study is visible where its results are.
+rule failed_measurements:
+    input:
+        failed="results/dataset/{gpu}.failed.parquet",
+    output:
+        table=report(
+            "results/dataset/{gpu}.failed.csv",
+            caption="../report/failed_measurements.rst",
+            category="Dataset",
+            subcategory="Failed measurements",
+            labels={"GPU configuration": "{gpu}"},
+        ),
+    log:
+        "logs/evaluate/{gpu}.failed.log",
+    conda:
+        "../../environment.yml"
+    script:
+        "../scripts/failed_measurements.py"

@@ -1,0 +1,638 @@
+"""Do the reliability tests fail when the guard they check is removed?
+
+For each guard (a check in the source that refuses bad input, survives a fault, or keeps a
+caller's string away from a shell or a path), this copies the repository to a temporary
+folder, removes the guard there with one exact text replacement, and runs the one test
+that checks it against that copy. The test must pass on an unmutated copy and fail on the
+mutated one; a test that still passes does not check its guard.
+
+Usage, from the repository root::
+
+    python bench/guard_mutations.py              # every guard (10 to 20 minutes on 2 cores)
+    python bench/guard_mutations.py --list       # the guards, their mutations and tests
+    python bench/guard_mutations.py --only profile-oom-failed --only check-name
+
+It prints a Markdown table (guard, category, mutation, test, passes unmutated, fails
+mutated, seconds) and exits 0 when every test passes unmutated and fails mutated, 1 when
+one does not, 2 when a mutation's text does not occur exactly once (the source changed:
+update the mutation). docs/reliability.md holds the last table.
+
+The copies are taken from one snapshot, made at the start, of the files
+``git ls-files --cached --others --exclude-standard`` lists (the working tree, uncommitted
+changes included, without results/, .snakemake/ or caches). Each
+test runs as ``python -m pytest NODEID -q -p no:cacheprovider`` with the copy as working
+directory and its ``src`` first on ``PYTHONPATH``, and without bytecode files, so that a
+mutated module is never shadowed by a cached one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+#: Longest a single test run may take (the pipeline tests run Snakemake), seconds.
+TEST_TIMEOUT_S = 1200
+
+
+@dataclass(frozen=True)
+class Guard:
+    """One guard, the mutation that removes it, and the test that must notice."""
+
+    name: str
+    category: str  # "bad input", "faults" or "security"
+    path: str  # file in the repository
+    old: str  # exact text; must occur exactly once in ``path``
+    new: str
+    test: str  # pytest node id
+    mutation: str  # what the replacement does, in words
+
+
+BAD_INPUT = "tests/test_bad_input.py::"
+FAULTS = "tests/test_faults.py::"
+SECURITY = "tests/test_security.py::"
+SCHEMA = "workflow/schemas/config.schema.yaml"
+
+GUARDS: tuple[Guard, ...] = (
+    # --- bad input --------------------------------------------------------------------------
+    Guard(
+        "schema-unknown-key",
+        "bad input",
+        SCHEMA,
+        "type: object\nadditionalProperties: false\nproperties:\n  models:",
+        "type: object\nproperties:\n  models:",
+        BAD_INPUT + "test_bad_config_names_the_field[unknown-key]",
+        "schema: drop top-level `additionalProperties: false`",
+    ),
+    Guard(
+        "schema-empty-models",
+        "bad input",
+        SCHEMA,
+        "    type: array\n    minItems: 1\n    default:\n      - {model: resnet18",
+        "    type: array\n    default:\n      - {model: resnet18",
+        BAD_INPUT + "test_bad_config_names_the_field[empty-models]",
+        "schema: drop `models.minItems: 1`",
+    ),
+    Guard(
+        "schema-shape-positive-int",
+        "bad input",
+        SCHEMA,
+        "            items: {type: integer, minimum: 1}\n",
+        "            items: {}\n",
+        BAD_INPUT + "test_bad_config_names_the_field[shape-zero]",
+        "schema: input dimensions need not be positive integers",
+    ),
+    Guard(
+        "schema-min-run-time",
+        "bad input",
+        SCHEMA,
+        "        exclusiveMinimum: 0\n        default: 1.0\n      warmup_s:",
+        "        default: 1.0\n      warmup_s:",
+        BAD_INPUT + "test_bad_config_names_the_field[min-run-time-zero]",
+        "schema: drop `min_run_time_s.exclusiveMinimum: 0`",
+    ),
+    Guard(
+        "config-unknown-model",
+        "bad input",
+        "src/opcost/config.py",
+        "        elif check_models and model not in _torchvision_models():",
+        "        elif False:",
+        BAD_INPUT + "test_bad_config_names_the_field[unknown-model]",
+        "load_study: skip the torchvision model check",
+    ),
+    Guard(
+        "config-shape-rank",
+        "bad input",
+        "src/opcost/config.py",
+        '            if ":" not in model and len(shape) != 4:',
+        "            if False:",
+        BAD_INPUT + "test_bad_config_names_the_field[shape-rank-3]",
+        "load_study: skip the 4-dimension check",
+    ),
+    Guard(
+        "config-duplicate",
+        "bad input",
+        "src/opcost/config.py",
+        "            if name in seen:",
+        "            if False:",
+        BAD_INPUT + "test_bad_config_names_the_field[duplicate]",
+        "load_study: skip the duplicate model-input check",
+    ),
+    Guard(
+        "parse-setting",
+        "bad input",
+        "src/opcost/names.py",
+        "    if not isinstance(text, str) or not _SETTING_RE.fullmatch(text):",
+        "    if not isinstance(text, str):",
+        BAD_INPUT + "test_bad_config_names_the_field[setting-sm-5]",
+        "parse_setting: no pattern match",
+    ),
+    Guard(
+        "config-gpu-name",
+        "bad input",
+        "src/opcost/config.py",
+        '            check_name(name, f"gpus.{name}")',
+        "            pass",
+        BAD_INPUT + "test_unsafe_gpu_configuration_names_are_refused",
+        "load_study: GPU configuration names unchecked",
+    ),
+    Guard(
+        "cli-parse-shape",
+        "bad input",
+        "src/opcost/cli.py",
+        "    if not shape or any(d <= 0 for d in shape):",
+        "    if not shape:",
+        BAD_INPUT + "test_parse_shape_rejects",
+        "parse_shape: accept zero dimensions",
+    ),
+    Guard(
+        "predict-missing-dir",
+        "bad input",
+        "src/opcost/predict.py",
+        "    if not root.is_dir():",
+        "    if False:",
+        BAD_INPUT + "test_errors_end_with_one_line_and_exit_2",
+        "load_predictors: no check that the directory exists",
+    ),
+    Guard(
+        "feature-schema",
+        "bad input",
+        "src/opcost/features.py",
+        "    if list(columns) != expected:",
+        "    if False:",
+        BAD_INPUT + "test_incompatible_feature_schema_names_the_model_file",
+        "check_schema: skip the column comparison",
+    ),
+    Guard(
+        "corrupt-parquet",
+        "bad input",
+        "src/opcost/tables.py",
+        "    except Exception as e:  # pyarrow raises several types for a corrupt file",
+        "    except ImportError as e:  # pyarrow raises several types for a corrupt file",
+        BAD_INPUT + "test_corrupt_op_table",
+        "read_parquet: let pyarrow's error through",
+    ),
+    Guard(
+        "parquet-columns",
+        "bad input",
+        "src/opcost/tables.py",
+        "    if missing:\n        raise TableError",
+        "    if False:\n        raise TableError",
+        BAD_INPUT + "test_op_table_without_its_columns",
+        "read_parquet: skip the column check",
+    ),
+    # --- faults -----------------------------------------------------------------------------
+    Guard(
+        "nvsmi-missing",
+        "faults",
+        "src/opcost/nvsmi.py",
+        "    if found is None:\n        raise NvidiaSmiError(_MISSING_MESSAGE)\n",
+        "",
+        FAULTS + "test_missing_binary_suggests_cpu",
+        "nvidia_smi_path: no check that nvidia-smi was found",
+    ),
+    Guard(
+        "nvsmi-exit-at-start",
+        "faults",
+        "src/opcost/nvsmi.py",
+        "            if code is not None:\n                raise NvidiaSmiError(",
+        "            if False:\n                raise NvidiaSmiError(",
+        FAULTS + "test_unknown_gpu_fails_at_start",
+        "PowerLogger: ignore an exit within the grace time",
+    ),
+    Guard(
+        "nvsmi-died-midway",
+        "faults",
+        "src/opcost/nvsmi.py",
+        "        if died is not None:",
+        "        if False:",
+        FAULTS + "test_logger_that_dies_midway_fails_on_exit",
+        "PowerLogger.stop: ignore a logger that died on its own",
+    ),
+    Guard(
+        "nvsmi-no-sample",
+        "faults",
+        "src/opcost/nvsmi.py",
+        "        if len(lines) < 3:",
+        "        if False:",
+        FAULTS + "test_logger_that_writes_nothing_fails_on_exit",
+        "PowerLogger: accept a log without a sample",
+    ),
+    Guard(
+        "powerlog-drop-bad-rows",
+        "faults",
+        "src/opcost/powerlog.py",
+        "        usable &= ~np.isnan(columns[name])",
+        "        pass",
+        FAULTS + "test_junk_rows_are_dropped_and_counted",
+        "read_power_log: keep rows with [N/A] in a used field",
+    ),
+    Guard(
+        "powerlog-no-usable-row",
+        "faults",
+        "src/opcost/powerlog.py",
+        "    if n_usable == 0:",
+        "    if False:",
+        FAULTS + "test_unusable_log_fails_naming_the_file",
+        "read_power_log: return an empty log instead of failing",
+    ),
+    Guard(
+        "evaluate-no-row-in-window",
+        "faults",
+        "src/opcost/evaluate.py",
+        "        if first <= end:",
+        "        if True:",
+        FAULTS + "test_no_row_in_window_fails_naming_the_file",
+        "evaluate: a log that ends before the window gives NaN power",
+    ),
+    Guard(
+        "profile-oom-failed",
+        "faults",
+        "src/opcost/profile.py",
+        "            except (RuntimeError, ValueError, NotImplementedError) as e:",
+        "            except (ValueError, NotImplementedError) as e:",
+        FAULTS + "test_out_of_memory_is_recorded_as_failed_and_the_job_succeeds",
+        "profile_job: out of memory fails the job",
+    ),
+    Guard(
+        "profile-temporary-csv",
+        "faults",
+        "src/opcost/profile.py",
+        '    tmp_csv = csv_path.with_name(f".{csv_path.name}.tmp-{os.getpid()}")',
+        "    tmp_csv = csv_path",
+        FAULTS + "test_job_killed_mid_measurement_leaves_no_final_output[SIGKILL]",
+        "profile_job: write the CSV under its final name",
+    ),
+    Guard(
+        "evaluate-failure-table",
+        "faults",
+        "src/opcost/evaluate.py",
+        "            failures.append({c: row[c] for c in FAILURE_COLUMNS})",
+        "            pass",
+        FAULTS + "test_out_of_memory_study_goes_on_and_lists_the_failure",
+        "evaluate_files: leave failed measurements out of the failure table",
+    ),
+    Guard(
+        "raw-logs-protected",
+        "faults",
+        "workflow/rules/profile.smk",
+        '        json=protected("results/raw/{gpu}/{setting}/{mode}/ops/{op_id}.json"),',
+        '        json="results/raw/{gpu}/{setting}/{mode}/ops/{op_id}.json",',
+        FAULTS + "test_raw_logs_are_write_protected_and_a_rerun_refuses_to_overwrite",
+        "profile_op: the raw JSON is not protected()",
+    ),
+    Guard(
+        "setting-reset-after-error",
+        "faults",
+        "src/opcost/gpu_setting.py",
+        "            resetting = True\n            try:\n"
+        '                _call(command, ["--gpu", gpu, "--reset"])',
+        "            resetting = True\n            try:\n                pass",
+        FAULTS + "test_wrapper_resets_after_error_in_block",
+        "applied_setting: no reset when the block raises",
+    ),
+    Guard(
+        "setting-sigterm",
+        "faults",
+        "src/opcost/gpu_setting.py",
+        "    previous = signal.signal(signal.SIGTERM, on_sigterm) if in_main else None",
+        "    previous = None",
+        FAULTS + "test_sigterm_mid_setting_resets",
+        "applied_setting: no SIGTERM handler",
+    ),
+    Guard(
+        "setting-stale-marker",
+        "faults",
+        "src/opcost/gpu_setting.py",
+        '    recover_stale_setting(gpu, command)\n    if setting.kind == "default":',
+        '    if setting.kind == "default":',
+        FAULTS + "test_sigkill_leaves_marker_and_next_job_recovers",
+        "applied_setting: no reset after a SIGKILLed job",
+    ),
+    Guard(
+        "setting-owner-alive",
+        "faults",
+        "src/opcost/gpu_setting.py",
+        "    if _owner_alive(marker):",
+        "    if False:",
+        FAULTS + "test_marker_of_running_process_is_not_stale",
+        "recover_stale_setting: reset under a running job",
+    ),
+    # --- security ---------------------------------------------------------------------------
+    Guard(
+        "script-strict-int",
+        "security",
+        "src/opcost/gpu_setting.py",
+        "    if not _INT_RE.fullmatch(text):",
+        "    if False:",
+        SECURITY + "test_hostile_arguments_refused_without_calling_nvidia_smi",
+        "opcost-gpu-setting: clock and limit parsed by int()",
+    ),
+    Guard(
+        "script-gpu-arg",
+        "security",
+        "src/opcost/gpu_setting.py",
+        "    if not _GPU_RE.fullmatch(text):",
+        "    if False:",
+        SECURITY + "test_hostile_arguments_refused_without_calling_nvidia_smi",
+        "opcost-gpu-setting: --gpu unchecked",
+    ),
+    Guard(
+        "script-gpu-exists",
+        "security",
+        "src/opcost/gpu_setting.py",
+        "        if not exists:\n            parser.error",
+        "        if False:\n            parser.error",
+        SECURITY + "test_invalid_values_refused_before_any_change",
+        "opcost-gpu-setting: no check that the GPU exists",
+    ),
+    Guard(
+        "script-supported-clock",
+        "security",
+        "src/opcost/gpu_setting.py",
+        "            if mhz not in clocks:",
+        "            if False:",
+        SECURITY + "test_invalid_values_refused_before_any_change",
+        "opcost-gpu-setting: any clock is locked",
+    ),
+    Guard(
+        "setting-no-shell",
+        "security",
+        "src/opcost/gpu_setting.py",
+        "        proc = subprocess.run(\n            argv,\n",
+        '        proc = subprocess.run(\n            " ".join(argv),\n            shell=True,\n',
+        SECURITY + "test_setting_command_runs_without_a_shell",
+        "_call: run the setting command through a shell",
+    ),
+    Guard(
+        "setting-command-list",
+        "security",
+        "src/opcost/gpu_setting.py",
+        "    if isinstance(command, str) or not command or",
+        "    if not command or",
+        SECURITY + "test_command_as_string_refused",
+        "_check_command: accept a string",
+    ),
+    Guard(
+        "schema-setting-command-list",
+        "security",
+        SCHEMA,
+        "        type: array\n        items: {type: string}\n        minItems: 1\n"
+        "        default: [opcost-gpu-setting]",
+        "        items: {type: string}\n        minItems: 1\n        default: [opcost-gpu-setting]",
+        SECURITY + "test_setting_command_must_be_a_list_in_the_config",
+        "schema: setting_command may be a string",
+    ),
+    Guard(
+        "nvsmi-no-shell",
+        "security",
+        "src/opcost/nvsmi.py",
+        "            [exe, *args],\n",
+        '            " ".join([exe, *args]),\n            shell=True,\n',
+        SECURITY + "test_nvidia_smi_runs_without_a_shell",
+        "run_nvidia_smi: run nvidia-smi through a shell",
+    ),
+    Guard(
+        "nvsmi-check-gpu",
+        "security",
+        "src/opcost/nvsmi.py",
+        "    if not isinstance(gpu, str) or not _GPU_RE.fullmatch(gpu):",
+        "    if not isinstance(gpu, str):",
+        SECURITY + "test_check_gpu_refuses",
+        "check_gpu: any string is a GPU",
+    ),
+    Guard(
+        "nvsmi-check-fields",
+        "security",
+        "src/opcost/nvsmi.py",
+        "    bad = [f for f in fields if not isinstance(f, str) or not _FIELD_RE.fullmatch(f)]",
+        "    bad = [f for f in fields if not isinstance(f, str)]",
+        SECURITY + "test_malformed_fields_refused_before_any_call",
+        "check_fields: any string is a field",
+    ),
+    Guard(
+        "check-name",
+        "security",
+        "src/opcost/names.py",
+        '    if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or ".." in name:',
+        '    if not isinstance(name, str) or ".." in name:',
+        SECURITY + "test_an_accepted_name_is_one_safe_path_component",
+        "check_name: only `..` refused",
+    ),
+)
+
+
+def repository_files(repo: Path) -> list[Path]:
+    """The working tree's files that git tracks or would track (ignored ones left out)."""
+    out = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=repo,
+        capture_output=True,
+        check=True,
+    ).stdout
+    names = sorted({n for n in out.decode().split("\0") if n})
+    # A tracked file deleted in the working tree is listed but absent: left out.
+    return [Path(n) for n in names if (repo / n).is_file()]
+
+
+def copy_repository(files: list[Path], target: Path) -> Path:
+    """Copy ``files`` (relative to :data:`REPO`) into ``target``, keeping modes."""
+    for rel in files:
+        dest = target / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / rel, dest)
+    return target
+
+
+def copy_snapshot(snapshot: Path, target: Path) -> Path:
+    """Copy the snapshot taken at the start (no test ever runs in it), so that every run
+    sees the same tree even while someone edits the working tree."""
+    shutil.copytree(snapshot, target, symlinks=True)
+    return target
+
+
+def mutate(copy: Path, guard: Guard) -> None:
+    """Apply ``guard``'s replacement in ``copy``; raise unless its text occurs once."""
+    path = copy / guard.path
+    text = path.read_text()
+    count = text.count(guard.old)
+    if count != 1:
+        raise SystemExit(
+            f"guard {guard.name}: the text to replace occurs {count} times in {guard.path}, "
+            f"not once; update the mutation\n--- text ---\n{guard.old}"
+        )
+    path.write_text(text.replace(guard.old, guard.new))
+
+
+def check_mutations(files: list[Path], guards: list[Guard], root: Path = REPO) -> list[str]:
+    """Problems with the selected mutations in the tree at ``root`` (none: empty list)."""
+    problems = []
+    present = {str(f) for f in files}
+    for guard in guards:
+        if guard.path not in present:
+            problems.append(f"{guard.name}: {guard.path} is not in the repository")
+            continue
+        count = (root / guard.path).read_text().count(guard.old)
+        if count != 1:
+            problems.append(f"{guard.name}: text occurs {count} times in {guard.path}")
+        if guard.old == guard.new:
+            problems.append(f"{guard.name}: the replacement changes nothing")
+    return problems
+
+
+def test_env(copy: Path) -> dict[str, str]:
+    """The environment of a test run: the copy's package first, no bytecode files."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(copy / "src")
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def run_test(copy: Path, node_id: str) -> tuple[int, float, str]:
+    """Run one pytest node id against ``copy``: exit code, seconds, last output lines."""
+    started = time.monotonic()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", node_id, "-q", "-p", "no:cacheprovider"],
+            cwd=copy,
+            env=test_env(copy),
+            capture_output=True,
+            text=True,
+            timeout=TEST_TIMEOUT_S,
+            check=False,
+        )
+        code, output = done.returncode, done.stdout + done.stderr
+    except subprocess.TimeoutExpired as e:
+        code, output = -1, f"timed out after {TEST_TIMEOUT_S} s: {e}"
+    tail = "\n".join(output.strip().splitlines()[-15:])
+    return code, time.monotonic() - started, tail
+
+
+def check_import_location(copy: Path) -> None:
+    """Refuse to go on if the copy's tests would import the repository's package instead."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import opcost; print(opcost.__file__)"],
+        cwd=copy,
+        env=test_env(copy),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    where = Path(done.stdout.strip()).resolve()
+    if not where.is_relative_to(copy.resolve()):
+        raise SystemExit(f"the copy imports opcost from {where}, not from {copy}/src")
+
+
+def outcome(code: int) -> str:
+    """A pytest exit code in words (1 is a failed test, the outcome a mutation must give)."""
+    return {0: "passed", 1: "FAILED", -1: "timeout"}.get(code, f"error (exit {code})")
+
+
+def markdown_table(rows: list[dict[str, str]]) -> str:
+    header = ["guard", "category", "mutation", "test", "passes unmutated", "fails mutated", "s"]
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    for r in rows:
+        cells = [r[h] for h in header]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--only", action="append", metavar="NAME", help="run only this guard (repeatable)"
+    )
+    parser.add_argument("--list", action="store_true", help="list the guards and exit")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary copies")
+    args = parser.parse_args(argv)
+
+    guards = list(GUARDS)
+    if args.only:
+        known = {g.name for g in GUARDS}
+        unknown = sorted(set(args.only) - known)
+        if unknown:
+            parser.error(f"unknown guard(s) {unknown}; see --list")
+        guards = [g for g in GUARDS if g.name in args.only]
+    if args.list:
+        for g in guards:
+            print(f"{g.name:28} {g.category:9} {g.path}: {g.mutation}\n{'':38} {g.test}")
+        return 0
+
+    files = repository_files(REPO)
+    problems = check_mutations(files, guards)
+    if problems:
+        print("mutations that do not apply:\n  " + "\n  ".join(problems), file=sys.stderr)
+        return 2
+
+    started = datetime.now().astimezone()
+    work = Path(tempfile.mkdtemp(prefix="guard-mutations-"))
+    print(f"{started:%Y-%m-%d %H:%M %Z}: {len(guards)} guards, copies under {work}", flush=True)
+    rows: list[dict[str, str]] = []
+    all_ok = True
+    try:
+        snapshot = copy_repository(files, work / "snapshot")
+        # Checked again on the snapshot: the working tree may have changed meanwhile.
+        problems = check_mutations(files, guards, snapshot)
+        if problems:
+            print("mutations that do not apply:\n  " + "\n  ".join(problems), file=sys.stderr)
+            return 2
+        pristine = copy_snapshot(snapshot, work / "unmutated")
+        check_import_location(pristine)
+        baseline: dict[str, int] = {}
+        for node in dict.fromkeys(g.test for g in guards):
+            code, seconds, tail = run_test(pristine, node)
+            baseline[node] = code
+            print(f"unmutated {outcome(code):8} {seconds:6.1f} s  {node}", flush=True)
+            if code != 0:
+                print(tail, flush=True)
+        for guard in guards:
+            copy = copy_snapshot(snapshot, work / guard.name)
+            mutate(copy, guard)
+            code, seconds, tail = run_test(copy, guard.test)
+            ok = baseline[guard.test] == 0 and code == 1
+            all_ok &= ok
+            print(f"{guard.name:28} mutated: {outcome(code):8} {seconds:6.1f} s", flush=True)
+            if not ok:
+                print(tail, flush=True)
+            rows.append(
+                {
+                    "guard": guard.name,
+                    "category": guard.category,
+                    "mutation": f"`{guard.path}`: {guard.mutation}",
+                    "test": f"`{guard.test}`",
+                    "passes unmutated": "yes" if baseline[guard.test] == 0 else "NO",
+                    "fails mutated": "yes" if code == 1 else f"NO ({outcome(code)})",
+                    "s": f"{seconds:.0f}",
+                }
+            )
+            if not args.keep:
+                shutil.rmtree(copy, ignore_errors=True)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    minutes = (datetime.now().astimezone() - started).total_seconds() / 60
+    print()
+    print(f"Run {started:%Y-%m-%d %H:%M %Z}, {minutes:.0f} min, Python {sys.version.split()[0]}:")
+    print()
+    print(markdown_table(rows))
+    print()
+    failed = [
+        r["guard"] for r in rows if r["passes unmutated"] != "yes" or r["fails mutated"] != "yes"
+    ]
+    print(
+        f"{len(rows) - len(failed)} of {len(rows)} guards checked by their test"
+        + (f"; not: {', '.join(failed)}" if failed else "")
+    )
+    return 0 if all_ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,338 @@
+"""Reliability, bad input: each case fails before any job starts, naming the field or file.
+
+Issue #8, category 1. Per case, the guard (file:function) that catches it; the schema is
+``workflow/schemas/config.schema.yaml``, applied by ``src/opcost/config.py:validate_config``
+(and by the Snakefile's ``validate``) before the checks of meaning in
+``src/opcost/config.py:load_study``, which ``workflow/rules/common.smk`` runs when the
+workflow loads.
+
+Study config (``ConfigError`` naming the field; ``test_bad_config_names_the_field``):
+
+- unknown key, top level or nested: schema ``additionalProperties: false``
+- wrong type (a string for a number, for a boolean): schema ``type``
+- empty model list: schema ``models.minItems``
+- unknown torchvision model: config.py:load_study (``_torchvision_models``)
+- input shape of the wrong rank: config.py:load_study (4 dimensions for torchvision)
+  and schema ``minItems``/``maxItems``
+- input shape with a zero, negative or non-integer dimension: schema ``minimum: 1`` and
+  ``type: integer``
+- duplicate model-input set: config.py:load_study (``seen``)
+- unknown mode: schema ``modes.items.enum``
+- malformed GPU setting (``sm-5``, ``pl0``, ``fast``): names.py:parse_setting, called by
+  config.py:load_study
+- ``min_run_time_s`` <= 0: schema ``exclusiveMinimum: 0``
+- unsafe model name (``../x``, spaces, slashes; as torchvision name or import path):
+  config.py:load_study (``_IMPORT_PATH``, the torchvision list) and
+  names.py:model_input_name
+- unsafe GPU configuration name or SLURM GPU model: names.py:check_name, called by
+  config.py:load_study (``test_unsafe_gpu_configuration_names_are_refused``,
+  ``test_unsafe_slurm_names_are_refused``)
+- through Snakemake: the run stops before any job and creates no ``results/``
+  (``test_snakemake_refuses_a_bad_config_before_any_job``): Snakefile ``validate`` and
+  workflow/rules/common.smk (``load_study``)
+
+Command line (exit code 2, one line on stderr naming the argument or file):
+
+- malformed ``--input`` (empty, not a number, zero, negative): cli.py:parse_shape
+- unknown model, import path that does not resolve, factory that returns no module:
+  extract.py:build_model (``ExtractionError`` via extract.py:extract_model_input)
+- ``opcost predict`` with a missing predictor directory, or one that holds none:
+  predict.py:load_predictors
+- incompatible feature schema (the models' columns differ from features.json):
+  features.py:check_schema, called by predict.py:load_predictor
+- corrupt features.json: predict.py:load_predictor
+- corrupt Parquet op table, one that lacks columns, a missing file:
+  tables.py:read_parquet (via predict.py:read_ops_table)
+- unknown ``--mode``: argparse ``choices`` (cli.py:build_parser)
+- ``--model`` and ``--ops`` both or neither, ``--model`` without ``--input``:
+  cli.py:cmd_predict
+- ``opcost train`` with a misspelt config key or a missing dataset:
+  config.py:validate_config, tables.py:read_parquet
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from opcost.cli import CliError, main, parse_shape
+from opcost.config import ConfigError, load_study
+
+TESTS = Path(__file__).parent
+H100 = TESTS / "data" / "h100"
+RESNET18_OPS = H100 / "ops" / "resnet18_4x3x64x64.parquet"
+TINY = ["--model", "toymodels.nets:tiny_mlp", "--input", "8,16"]
+
+
+# --- the study config --------------------------------------------------------------------
+
+
+@pytest.fixture
+def default_config(repo):
+    with open(repo / "config" / "config.yaml") as f:
+        return yaml.safe_load(f)
+
+
+def _broken(config, path, value):
+    config = copy.deepcopy(config)
+    node = config
+    for key in path[:-1]:
+        node = node[key]
+    if value is KeyError:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    return config
+
+
+def case(case_id: str, path: tuple, value: object, message: str):
+    return pytest.param(path, value, message, id=case_id)
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        case("unknown-key", ("modles",), [], "modles"),
+        case("unknown-nested-key", ("profile", "min_run_tme_s"), 1.0, "min_run_tme_s"),
+        case("unknown-gpu-key", ("gpus", "local", "clock"), 1410, "clock"),
+        case("wrong-type-number", ("profile", "min_run_time_s"), "long", r"min_run_time_s"),
+        case("wrong-type-bool", ("gpus", "local", "tf32"), "yes", r"gpus\.local\.tf32"),
+        case("wrong-type-models", ("models",), "resnet18", r"models"),
+        case("min-run-time-zero", ("profile", "min_run_time_s"), 0, r"profile\.min_run_time_s"),
+        case("min-run-time-negative", ("profile", "min_run_time_s"), -1.0, r"min_run_time_s"),
+        case("setting-sm-5", ("gpus", "local", "settings"), ["sm-5"], r"gpus\.local\.settings\.0"),
+        case("setting-pl0", ("gpus", "local", "settings"), ["pl0"], r"gpus\.local\.settings\.0"),
+        case("setting-fast", ("gpus", "local", "settings"), ["fast"], r"gpus\.local\.settings\.0"),
+        case("setting-not-str", ("gpus", "local", "settings"), [1410], r"gpus\.local\.settings\.0"),
+        case("empty-models", ("models",), [], "models"),
+        case("unknown-mode", ("modes",), ["inferance"], r"modes\.0"),
+        case("unknown-model", ("models", 0, "model"), "resnet_eighteen", r"models\.0\.model"),
+        case("shape-rank-3", ("models", 0, "inputs"), [[4, 3, 64]], r"models\.0\.inputs\.0"),
+        case("shape-rank-1", ("models", 0, "inputs"), [[4]], r"models\.0\.inputs\.0"),
+        case("shape-zero", ("models", 0, "inputs"), [[4, 3, 0, 64]], r"models\.0\.inputs\.0\.2"),
+        case("shape-negative", ("models", 0, "inputs"), [[4, 3, -64, 64]], r"inputs\.0\.2"),
+        case("shape-float", ("models", 0, "inputs"), [[4, 3, 64.5, 64]], r"inputs\.0\.2"),
+        case("shape-string", ("models", 0, "inputs"), [[4, 3, "64", 64]], r"inputs\.0\.2"),
+        case("shape-empty-list", ("models", 0, "inputs"), [], r"models\.0\.inputs"),
+        case("duplicate", ("models", 1, "model"), "resnet18", r"models\.1\.inputs\.0.*duplicate"),
+        case("model-dotdot-import", ("models", 0, "model"), "../x:y", r"models\.0\.model"),
+        case("model-space-import", ("models", 0, "model"), "my model:f", r"models\.0\.model"),
+        case("model-slash-import", ("models", 0, "model"), "a/b:f", r"models\.0\.model"),
+        case("model-dotdot", ("models", 0, "model"), "../x", r"models\.0\.model"),
+        case("model-slash", ("models", 0, "model"), "a/b", r"models\.0\.model"),
+        case("model-space", ("models", 0, "model"), "resnet 18", r"models\.0\.model"),
+    ],
+)
+def test_bad_config_names_the_field(default_config, path, value, message):
+    if path == ("models", 1, "model"):
+        default_config["models"][1]["inputs"] = default_config["models"][0]["inputs"]
+    with pytest.raises(ConfigError, match=message):
+        load_study(_broken(default_config, path, value))
+
+
+@pytest.mark.parametrize("name", ["../x", "a b", "a/b", ".hidden", "x" * 65, "", "a\nb", ".."])
+def test_unsafe_gpu_configuration_names_are_refused(default_config, name):
+    default_config["gpus"] = {name: {"device": "cpu"}}
+    with pytest.raises(ConfigError, match="gpus"):
+        load_study(default_config)
+
+
+@pytest.mark.parametrize("key", ["slurm_gpu_model", "slurm_constraint"])
+def test_unsafe_slurm_names_are_refused(default_config, key):
+    # They reach sbatch's command line through the SLURM plugin.
+    default_config["gpus"]["local"][key] = "h100;rm -rf ~"
+    with pytest.raises(ConfigError, match=rf"gpus\.local\.{key}"):
+        load_study(default_config)
+
+
+def _snakemake_dry_run(repo: Path, workdir: Path, config_text: str):
+    config = workdir.parent / "bad.yaml"
+    config.write_text(config_text)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-n",
+            "--configfile",
+            str(config),
+            "--directory",
+            str(workdir),
+            "-s",
+            str(repo / "Snakefile"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=repo,
+        timeout=300,
+    )
+
+
+@pytest.mark.parametrize(
+    ("config_text", "message"),
+    [
+        # Caught by the Snakefile's schema validation.
+        pytest.param("profile:\n  min_run_tme_s: 1.0\n", "min_run_tme_s", id="misspelt-key"),
+        # Caught by load_study in workflow/rules/common.smk.
+        pytest.param(
+            "gpus:\n  local:\n    settings: [sm-5]\n", "gpus.local.settings.0", id="bad-setting"
+        ),
+        pytest.param('gpus:\n  "../x": {device: cpu}\n', "gpus.../x", id="unsafe-gpu-name"),
+    ],
+)
+def test_snakemake_refuses_a_bad_config_before_any_job(repo, tmp_path, config_text, message):
+    proc = _snakemake_dry_run(repo, tmp_path / "wd", config_text)
+    assert proc.returncode != 0
+    assert message in proc.stdout + proc.stderr
+    assert not (tmp_path / "wd" / "results").exists()
+    assert "Job stats" not in proc.stdout + proc.stderr  # no job was even planned
+
+
+# --- the command line --------------------------------------------------------------------
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_clean_error(code: int, err: str, *fragments: str) -> None:
+    """Exit code 2 and exactly one line on stderr, holding every fragment."""
+    assert code == 2
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    for fragment in fragments:
+        assert fragment in lines[0], err
+
+
+@pytest.mark.parametrize("text", ["", "3,x", "3,0,4", "-1,2", "3,,4", "2.5,3", "1e3"])
+def test_parse_shape_rejects(text):
+    with pytest.raises(CliError, match="--input"):
+        parse_shape(text)
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["predict", *TINY, "--predictors", "/nonexistent/dir"], "no such predictor directory"),
+        (["predict", "--model", "no_such_net", "--input", "1,3,8,8"], "unknown model"),
+        (["predict", "--model", "resnet18", "--input", "1,3,x"], "--input"),
+        (["predict", "--model", "resnet18"], "--model needs --input"),
+        (["predict"], "either --model"),
+        (["predict", "--model", "resnet18", "--input", "1,3,8,8", "--ops", "x"], "either"),
+        (["predict", "--ops", "/nonexistent.parquet"], "/nonexistent.parquet: no such file"),
+        (["extract", "--model", "toymodels.nets:not_a_module", "--input", "2"], "not a torch"),
+        (["extract", "--model", "toymodels.nets:no_such_factory", "--input", "2"], "resolve"),
+        (["extract", "--model", "no_such_package.mod:f", "--input", "2"], "does not resolve"),
+        (["extract", "--model", "resnet_eighteen", "--input", "1,3,8,8"], "unknown model"),
+        (["extract", "--model", "resnet18", "--input", "1,3,0,8"], "--input"),
+        (["extract", "--model", "resnet18", "--input", "1,3,-8,8"], "--input"),
+        (["extract", "--model", "resnet18", "--input", "one"], "--input"),
+    ],
+)
+def test_errors_end_with_one_line_and_exit_2(capsys, predictors, argv, fragment):
+    if "--predictors" not in argv and argv[0] == "predict":
+        argv = [*argv, "--predictors", str(predictors)]
+    code, _, err = run_cli(capsys, *argv)
+    assert_clean_error(code, err, fragment)
+
+
+def test_extract_does_not_write_an_output_for_bad_input(capsys, tmp_path):
+    out = tmp_path / "ops.parquet"
+    code, _, err = run_cli(
+        capsys, "extract", "--model", "resnet_eighteen", "--input", "1,3,8,8", "--out", str(out)
+    )
+    assert_clean_error(code, err, "resnet_eighteen")
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_predictor_directory_without_predictors(capsys, tmp_path):
+    empty = tmp_path / "predictors"
+    (empty / "h100").mkdir(parents=True)
+    code, _, err = run_cli(capsys, "predict", *TINY, "--predictors", str(empty))
+    assert_clean_error(code, err, str(empty), "holds no trained predictor")
+
+
+def test_corrupt_op_table(capsys, predictors, tmp_path):
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"not parquet")
+    code, _, err = run_cli(capsys, "predict", "--ops", str(bad), "--predictors", str(predictors))
+    assert_clean_error(code, err, str(bad), "not a readable Parquet file")
+
+
+def test_op_table_without_its_columns(capsys, predictors, tmp_path):
+    import pandas as pd
+
+    table = tmp_path / "no_spec.parquet"
+    pd.read_parquet(RESNET18_OPS).drop(columns=["spec"]).to_parquet(table)
+    code, _, err = run_cli(capsys, "predict", "--ops", str(table), "--predictors", str(predictors))
+    assert_clean_error(code, err, str(table), "missing columns ['spec']")
+
+
+def _copy_predictor(source: Path, target: Path) -> dict:
+    target.mkdir(parents=True)
+    for name in ("time.joblib", "power.joblib", "features.json"):
+        (target / name).write_bytes((source / name).read_bytes())
+    return json.loads((source / "features.json").read_text())
+
+
+def test_incompatible_feature_schema_names_the_model_file(capsys, predictors, tmp_path):
+    other = tmp_path / "predictors" / "h100"
+    doc = _copy_predictor(predictors / "h100", other)
+    # features.json consistent in itself (a type fewer in both its schema and its column
+    # list), but the models were fitted on the full columns: they must be refused at
+    # load time, naming the model file, not fail later on a column mismatch.
+    dropped = f"type[{doc['schema']['op_types'].pop()}]"
+    assert dropped in doc["columns"]
+    doc["columns"].remove(dropped)
+    (other / "features.json").write_text(json.dumps(doc))
+    code, _, err = run_cli(capsys, "predict", *TINY, "--predictors", str(other.parent))
+    assert_clean_error(code, err, str(other / "time.joblib"), "retrain")
+
+
+def test_features_version_mismatch(capsys, predictors, tmp_path):
+    other = tmp_path / "predictors" / "h100"
+    doc = _copy_predictor(predictors / "h100", other)
+    doc["schema"]["version"] = 10_000
+    (other / "features.json").write_text(json.dumps(doc))
+    code, _, err = run_cli(capsys, "predict", *TINY, "--predictors", str(other.parent))
+    assert_clean_error(code, err, "features version 10000", "retrain")
+
+
+def test_corrupt_features_json(capsys, predictors, tmp_path):
+    other = tmp_path / "predictors" / "h100"
+    _copy_predictor(predictors / "h100", other)
+    (other / "features.json").write_text('{"schema": ')
+    code, _, err = run_cli(capsys, "predict", *TINY, "--predictors", str(other.parent))
+    assert_clean_error(code, err, str(other / "features.json"), "not readable JSON")
+
+
+def test_unknown_mode_is_refused(capsys, predictors):
+    with pytest.raises(SystemExit) as exit_info:
+        main(
+            ["predict", "--ops", str(RESNET18_OPS), "--predictors", str(predictors), "--mode", "x"]
+        )
+    assert exit_info.value.code == 2
+    assert "invalid choice: 'x'" in capsys.readouterr().err
+
+
+def test_train_errors_are_one_line(capsys, tmp_path):
+    config = tmp_path / "bad.yaml"
+    config.write_text("train: {n_trees: 5}\n")
+    dataset = str(H100 / "dataset" / "h100.parquet")
+    code, _, err = run_cli(
+        capsys, "train", "--dataset", dataset, "--gpu", "h100", "--config", str(config)
+    )
+    assert_clean_error(code, err, "invalid config", "n_trees")
+    missing = tmp_path / "none.parquet"
+    code, _, err = run_cli(capsys, "train", "--dataset", str(missing), "--gpu", "x")
+    assert_clean_error(code, err, str(missing), "no such file")

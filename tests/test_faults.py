@@ -1,0 +1,814 @@
+"""Reliability, faults: what goes wrong outside the code, and what the pipeline does then.
+
+Issue #8, category 2. Per case, the guard (file:function) it checks.
+
+nvidia-smi (against the fake, tests/fakes/nvidia-smi; the job fails naming the cause):
+
+- missing: nvsmi.py:nvidia_smi_path (``test_missing_binary_suggests_cpu``)
+- exits at start (unknown GPU, lost driver): nvsmi.py:PowerLogger._watch_start
+  (``test_unknown_gpu_fails_at_start``, ``test_exit_early_is_reported_with_code_and_message``)
+- dies midway, so the log ends before the measurement: nvsmi.py:PowerLogger.stop
+  (``test_logger_that_dies_midway_fails_on_exit``, ``test_early_death_is_added_to_the_body_error``)
+- writes no sample (hung driver), or ignores SIGTERM: nvsmi.py:PowerLogger._check_written
+  and ._terminate (``test_logger_that_writes_nothing_fails_on_exit``,
+  ``test_logger_ignoring_sigterm_is_killed``)
+- prints ``[N/A]`` / ``[Unknown Error]`` rows: the raw CSV keeps them untouched
+  (``test_power_logger_passes_bad_rows_through_untouched``); reading drops and counts them:
+  powerlog.py:read_power_log (``test_junk_rows_are_dropped_and_counted``,
+  ``test_cut_off_last_line_is_dropped_even_when_it_parses``,
+  ``test_junk_anywhere_is_dropped_and_counted``); the counts reach the dataset row:
+  evaluate.py:evaluate_measurement (``test_junk_rows_are_counted_in_the_row``)
+- never a plausible empty result: a log without a usable row, or with none in the timed
+  window, or missing, fails naming the file: powerlog.py:read_power_log
+  (``n_usable == 0``; ``test_unusable_log_fails_naming_the_file``,
+  ``test_missing_log_fails_naming_the_file``), evaluate.py:_power_columns
+  (``test_no_row_in_window_fails_naming_the_file``), evaluate.py:evaluate_measurement
+  (``test_power_log_missing_for_a_power_measurement_fails``,
+  ``test_an_unusable_log_fails_the_gpu_naming_the_file``)
+
+A profiling job:
+
+- an op out of GPU memory, or one that cannot run here, is recorded ``status: failed`` and
+  the job succeeds: profile.py:profile_job (``except (RuntimeError, ...)``) and
+  profile.py:_op_cannot_run (``test_out_of_memory_is_recorded_as_failed_and_the_job_succeeds``,
+  ``test_op_that_cannot_run_here_is_recorded_as_failed``); any other error fails the job
+  (``test_other_errors_fail_the_job_loudly``)
+- killed (SIGTERM, SIGKILL) mid-measurement, it leaves no final output: profile.py:_power_log
+  (temporary CSV) and profile.py:write_atomic
+  (``test_job_killed_mid_measurement_leaves_no_final_output``)
+- a changed GPU setting is restored: after an error, gpu_setting.py:applied_setting
+  (``test_wrapper_resets_after_error_in_block``,
+  ``test_failed_apply_still_resets_and_keeps_marker``);
+  on SIGTERM, its ``on_sigterm`` handler (``test_sigterm_mid_setting_resets``,
+  ``test_sigterm_unwinds``); after SIGKILL, by the next job from the marker:
+  gpu_setting.py:recover_stale_setting (``test_sigkill_leaves_marker_and_next_job_recovers``,
+  ``test_corrupt_marker_is_treated_as_stale``); for a thread that never finished, at exit
+  (``test_setting_held_by_abandoned_thread_is_reset_at_exit``); a missing script says what
+  to do (``test_missing_command_says_what_to_do``)
+- a second job on a GPU whose setting a running job holds is refused:
+  gpu_setting.py:recover_stale_setting (``_owner_alive``;
+  ``test_marker_of_running_process_is_not_stale``)
+
+The pipeline (Snakemake on the CPU):
+
+- an op out of memory: the study goes on, the op and the network are listed in
+  ``results/dataset/{gpu}.failed.parquet`` with the reason: profile.py:profile_job and
+  evaluate.py:evaluate_files (``test_out_of_memory_study_goes_on_and_lists_the_failure``);
+  in the Snakemake report: not yet (``test_failure_table_is_in_the_report``, an expected
+  failure until a rule writes ``results/dataset/{gpu}.failed.csv`` marked for the report;
+  see docs/reliability.md)
+- raw logs are write-protected and a forced rerun refuses to overwrite them (as root,
+  which Snakemake lets write anyway, only the modes are checked):
+  workflow/rules/profile.smk ``protected(...)``
+  (``test_raw_logs_are_write_protected_and_a_rerun_refuses_to_overwrite``)
+- a run killed mid-profiling resumes and completes, keeping what was measured
+  (``test_run_killed_mid_profiling_resumes_and_completes``)
+- two profiling jobs never share a GPU: the ``gpu=1`` resource of the profile rules and
+  the default profile, and the per-GPU lock of each job (opcost.device_lock, tested in
+  tests/test_device_lock.py) (``test_profiling_jobs_never_overlap_without_resources_flag``)
+- a SLURM job that hits its time limit is retried with a longer runtime: in
+  tests/test_slurm_toy.py (needs a running SLURM controller)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import changes
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_evaluate import (
+    HEADER as EVALUATE_HEADER,
+)
+from test_evaluate import (
+    OP_ID,
+    POLL_S,
+    START_UNIX_S,
+    build_tree,
+    log_line,
+    record,
+    write_pair,
+)
+from test_harness import CONV_SPEC, _job
+from test_nvsmi import TRACE_FIELDS, UUID, rows
+from test_powerlog import HEADER, T0, clean_line, stamp, write
+from test_workflow import snakemake
+
+from opcost import harness
+from opcost.evaluate import evaluate_gpu, evaluate_measurement
+from opcost.gpu_setting import (
+    GpuSettingError,
+    applied_setting,
+    marker_path,
+    recover_stale_setting,
+    sigterm_unwinds,
+)
+from opcost.names import parse_setting
+from opcost.nvsmi import NvidiaSmiError, PowerLogger, gpu_info, supported_fields
+from opcost.powerlog import PowerLogError, read_power_log
+
+COMMAND = (sys.executable, "-m", "opcost.gpu_setting")
+LOCK_1410 = ["-i", "0", "-lgc", "1410,1410"]
+RESET = [["-i", "0", "-rgc"], ["-i", "0", "-pl", "700"]]
+
+
+# --- nvidia-smi fails ----------------------------------------------------------------------
+
+
+def wait_for_lines(path: Path, n: int, then_s: float = 0.2) -> None:
+    """Wait (at most 5 s) until ``path`` has ``n`` lines, then ``then_s`` more."""
+    deadline = time.monotonic() + 5
+    while len(path.read_text().splitlines()) < n and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(then_s)
+
+
+def test_power_logger_passes_bad_rows_through_untouched(
+    calls: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_NVSMI_MODE", "na_rows")
+    path = tmp_path / "op.csv"
+    with PowerLogger(path, UUID, TRACE_FIELDS, interval_ms=5):
+        wait_for_lines(path, 8, then_s=0.0)
+    logged = rows(path.read_text())
+    # Data row 5 reads [N/A], row 7 [Unknown Error] for the power fields (fakes/README.md).
+    assert logged[5][1:3] == ["[N/A]", "[N/A]"]
+    assert logged[7][1:3] == ["[Unknown Error]", "[Unknown Error]"]
+    assert logged[4][1:3] == ["121.09", "80.05"]
+
+
+def test_exit_early_is_reported_with_code_and_message(
+    calls: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_NVSMI_MODE", "exit_early")
+    logger = PowerLogger(tmp_path / "op.csv", "0", TRACE_FIELDS)
+    # It dies 0.2 s after starting: caught at start or, at the latest, when stopped.
+    with pytest.raises(NvidiaSmiError, match=r"(exited with|exit) code 1") as info, logger:
+        time.sleep(0.6)
+    assert "Unknown Error" in str(info.value)
+
+
+def test_unknown_gpu_fails_at_start(calls: Path, tmp_path: Path) -> None:
+    # The grace time covers the fake's Python start-up on a busy test machine.
+    logger = PowerLogger(tmp_path / "op.csv", "3", TRACE_FIELDS, start_grace_s=3.0)
+    with pytest.raises(NvidiaSmiError, match="code 6.*No devices were found"):
+        logger.start()
+
+
+def test_logger_that_writes_nothing_fails_on_exit(
+    calls: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_NVSMI_MODE", "hang")
+    path = tmp_path / "op.csv"
+    # A stale file from an earlier attempt must not pass for a log of this measurement.
+    path.write_text("timestamp, power.draw [W]\n2026/11/22 09:41:24.502, 121.09\n")
+    logger = PowerLogger(path, "0", ["timestamp", "power.draw"])
+    with pytest.raises(NvidiaSmiError, match="no power sample"), logger:
+        time.sleep(0.3)
+    assert logger.returncode is not None
+
+
+def test_logger_that_dies_midway_fails_on_exit(
+    calls: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_NVSMI_MODE", "die_midway")
+    path = tmp_path / "op.csv"
+    logger = PowerLogger(path, "0", TRACE_FIELDS, interval_ms=60)
+    with pytest.raises(NvidiaSmiError, match="on its own.*GPU is lost"), logger:
+        wait_for_lines(path, 11)
+    # The fake dies after 10 rows; the log keeps exactly what it wrote.
+    assert len(path.read_text().splitlines()) == 11
+
+
+def test_early_death_is_added_to_the_body_error(
+    calls: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_NVSMI_MODE", "die_midway")
+    path = tmp_path / "op.csv"
+
+    def measure() -> None:
+        with PowerLogger(path, "0", TRACE_FIELDS, interval_ms=60):
+            wait_for_lines(path, 11)
+            _ = 1 / 0
+
+    with pytest.raises(ZeroDivisionError) as info:
+        measure()
+    assert any("on its own" in note for note in info.value.__notes__)
+
+
+def test_logger_ignoring_sigterm_is_killed(
+    calls: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_NVSMI_IGNORE_TERM", "1")
+    logger = PowerLogger(tmp_path / "op.csv", "0", TRACE_FIELDS, stop_timeout_s=0.3)
+    # Killed, it cannot write out its buffer: the log is empty, and that is an error.
+    with pytest.raises(NvidiaSmiError, match="no power sample"), logger:
+        pass
+    assert logger.returncode == -9
+
+
+def test_missing_binary_suggests_cpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    for call in (
+        lambda: PowerLogger(tmp_path / "op.csv", "0", TRACE_FIELDS).start(),
+        lambda: supported_fields("0"),
+        lambda: gpu_info("0"),
+    ):
+        with pytest.raises(NvidiaSmiError, match="not found.*device: cpu"):
+            call()
+
+
+# --- bad rows in a log: dropped and counted, or the log fails ------------------------------
+
+
+def test_junk_rows_are_dropped_and_counted(tmp_path):
+    lines = [HEADER, clean_line(0, 100.0), clean_line(1, 101.0)]
+    t = stamp(T0 + timedelta(milliseconds=40))
+    lines.append(f"{t}, [N/A], [N/A], 1980, 2619, 36, 0")  # power not a number
+    lines.append(clean_line(3, 103.0))
+    lines.append(f"{t}, 121.09, 102.00, [Unknown Error], 2619, 36, 0")  # a used field
+    lines.append("Unable to determine the device handle for GPU0000:00:06.0: Unknown Error")
+    lines.append(clean_line(4, 104.0))
+    lines.append("2026/13/45 99:99:99.000, 121.09, 102.00, 1980, 2619, 36, 0")  # bad time
+    lines.append(f"{t}, 121.09, 102.00, 1980, 2619, 36, [N/A]")  # unused field: kept
+    lines.append(clean_line(6, 106.0)[:-8])  # cut off mid-line: too few fields
+    log = read_power_log(write(tmp_path / "log.csv", lines, final_newline=False))
+    assert log is not None
+    assert log.n_rows_total == 10
+    assert log.n_rows_dropped == 5
+    np.testing.assert_array_equal(
+        log.samples["power.draw.instant"].to_numpy(), [100.0, 101.0, 103.0, 104.0, 102.0]
+    )
+    assert np.isnan(log.samples["utilization.gpu"].iloc[-1])
+
+
+def test_cut_off_last_line_is_dropped_even_when_it_parses(tmp_path):
+    # "..., 36, 10" cut from "..., 36, 100": the field count is right but the file has no
+    # final newline, so the line cannot be trusted.
+    lines = [HEADER, clean_line(0, 100.0), clean_line(1, 101.0), clean_line(2, 999.0)[:-1]]
+    log = read_power_log(write(tmp_path / "log.csv", lines, final_newline=False))
+    assert log is not None
+    assert (log.n_rows_total, log.n_rows_dropped) == (3, 1)
+    np.testing.assert_array_equal(log.samples["power.draw.instant"].to_numpy(), [100.0, 101.0])
+
+
+JUNK = st.sampled_from(
+    [
+        "{t}, [N/A], [N/A], 1980, 2619, 36, 0",
+        "{t}, 121.09, [Unknown Error], 1980, 2619, 36, 0",
+        "{t}, 121.09, 90.00, [N/A], 2619, 36, 0",
+        "{t}, 121.09, 90.00, 1980, 2619, [Unknown Error], 0",
+        "{t}, 121.09",
+        "[Unknown Error]",
+        "",  # a blank line: ignored, not counted
+    ]
+)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    powers=st.lists(st.floats(10, 700).map(lambda x: round(x, 2)), min_size=1, max_size=40),
+    junk=st.lists(st.tuples(st.integers(0, 40), JUNK), max_size=10),
+    cut_last=st.booleans(),
+)
+def test_junk_anywhere_is_dropped_and_counted(tmp_path, powers, junk, cut_last):
+    body = [clean_line(i, p) for i, p in enumerate(powers)]
+    for position, template in sorted(junk, reverse=True):
+        body.insert(min(position, len(body)), template.format(t=stamp(T0)))
+    if cut_last:
+        body.append(clean_line(len(powers), 555.55)[:-3])
+    path = write(tmp_path / "log.csv", [HEADER, *body], final_newline=not cut_last)
+    log = read_power_log(path)
+    assert log is not None
+    n_junk = sum(1 for _, template in junk if template) + cut_last
+    assert log.n_rows_total == len(powers) + n_junk
+    assert log.n_rows_dropped == n_junk
+    np.testing.assert_array_equal(log.samples["power.draw.instant"].to_numpy(), powers)
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        [HEADER],  # header only
+        [HEADER, f"{stamp(T0)}, [N/A], [N/A], 1980, 2619, 36, 0"],  # no power at all
+        [HEADER, "[Unknown Error]", "[Unknown Error]"],
+        [HEADER.replace(" [W]", ""), f"{stamp(T0)}, 121.09 W, 80.05 W, 450 MHz, 2619 MHz, 36, 0"],
+        [""],  # empty file
+        ["power.draw [W]", "121.09"],  # no timestamp column
+        # Numbers in every power field, but no row with a valid timestamp: no usable row.
+        [HEADER, "2026/13/45 99:99:99.000, 121.09, 80.05, 1980, 2619, 36, 0"],
+        [
+            HEADER,
+            "2026/13/45 99:99:99.000, 121.09, 80.05, 1980, 2619, 36, 0",
+            f"{stamp(T0)}, 121.09, 80.05, [Unknown Error], 2619, 36, 0",
+        ],
+    ],
+)
+def test_unusable_log_fails_naming_the_file(tmp_path, lines):
+    path = write(tmp_path / "unusable_log.csv", lines)
+    with pytest.raises(PowerLogError, match="unusable_log.csv"):
+        read_power_log(path)
+
+
+def test_missing_log_fails_naming_the_file(tmp_path):
+    with pytest.raises(PowerLogError, match="absent.csv"):
+        read_power_log(tmp_path / "absent.csv")
+
+
+def test_junk_rows_are_counted_in_the_row(tmp_path):
+    rec = record(timed_end_unix_s=START_UNIX_S + 0.2)
+    lines = [EVALUATE_HEADER] + [log_line(START_UNIX_S + POLL_S * i, 200.0 + i) for i in range(11)]
+    lines.insert(3, lines[3].replace("202.00", "[N/A]"))
+    lines.insert(6, "[Unknown Error]")
+    json_path, csv_path = write_pair(tmp_path, rec, lines)
+    csv_path.write_text(csv_path.read_text() + lines[-1][:20])  # cut-off last line
+    row = evaluate_measurement(json_path, csv_path)
+    assert (row["n_rows_total"], row["n_rows_dropped"], row["n_power_samples"]) == (14, 3, 11)
+    assert row["power_unfiltered_w"] == pytest.approx(205.0, rel=1e-12)
+
+
+def test_no_row_in_window_fails_naming_the_file(tmp_path):
+    rec = record()
+    lines = [EVALUATE_HEADER] + [log_line(START_UNIX_S + 5 + POLL_S * i, 200.0) for i in range(20)]
+    json_path, csv_path = write_pair(tmp_path, rec, lines, name="late_log")
+    with pytest.raises(PowerLogError, match=r"late_log\.csv"):
+        evaluate_measurement(json_path, csv_path)
+
+
+def test_power_log_missing_for_a_power_measurement_fails(tmp_path):
+    json_path, csv_path = write_pair(tmp_path, record(), None, name="no_csv")
+    with pytest.raises(PowerLogError, match=r"no_csv\.json"):
+        evaluate_measurement(json_path, None)
+    with pytest.raises(PowerLogError, match=r"no_csv\.csv"):
+        evaluate_measurement(json_path, csv_path)
+
+
+def test_an_unusable_log_fails_the_gpu_naming_the_file(tmp_path):
+    raw = tmp_path / "h100"
+    build_tree(raw)
+    bad = raw / "default/inference/ops" / f"{OP_ID}.csv"
+    bad.write_text(EVALUATE_HEADER + "\n[Unknown Error]\n")
+    with pytest.raises(PowerLogError, match=re.escape(str(bad))):
+        evaluate_gpu(raw, "h100")
+
+
+# --- a profiling job: an op that cannot run, a job killed ----------------------------------
+
+
+def test_out_of_memory_is_recorded_as_failed_and_the_job_succeeds(tmp_path, monkeypatch):
+    def oom(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
+
+    monkeypatch.setattr(harness, "measure", oom)
+    record = _job(tmp_path)
+    assert record["status"] == "failed"
+    assert "out of memory" in record["failure_reason"]
+    assert json.loads((tmp_path / "op.json").read_text())["status"] == "failed"
+
+
+def test_op_that_cannot_run_here_is_recorded_as_failed(tmp_path):
+    # Batch norm in training needs more than one value per channel.
+    spec = {
+        "kind": "module",
+        "type": "torch.nn.modules.batchnorm.BatchNorm2d",
+        "attrs": {
+            "num_features": 4,
+            "eps": 1e-5,
+            "momentum": 0.1,
+            "affine": True,
+            "track_running_stats": True,
+        },
+        "args": [{"__tensor__": 0}],
+        "kwargs": {},
+        "inputs": [{"shape": [1, 4, 1, 1], "dtype": "float32", "param": False}],
+        "outputs": [{"shape": [1, 4, 1, 1], "dtype": "float32"}],
+    }
+    record = _job(tmp_path, spec=spec, mode="training")
+    assert record["status"] == "failed"
+    assert "more than 1 value per channel" in record["failure_reason"]
+
+
+def test_other_errors_fail_the_job_loudly(tmp_path, monkeypatch):
+    class Broken(Exception):
+        pass
+
+    def broken(*args, **kwargs):
+        raise Broken("a bug")
+
+    monkeypatch.setattr(harness, "measure", broken)
+    with pytest.raises(Broken):
+        _job(tmp_path)
+    assert not (tmp_path / "op.json").exists()
+
+
+KILL_SCRIPT = """
+import sys
+from pathlib import Path
+from opcost import profile
+from opcost.config import GpuConfig
+from opcost.names import parse_setting
+out = Path(sys.argv[1])
+spec = {spec}
+profile.profile_job(kind="op", gpu=GpuConfig("cpu", "cpu", True, "float32", (), None, None),
+    setting=parse_setting("default"), mode="inference",
+    profile_config={{"min_run_time_s": 30.0, "warmup_s": 0.01}},
+    csv_path=out / "op.csv", json_path=out / "op.json", spec=spec, op_id="0123456789abcdef")
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_job_killed_mid_measurement_leaves_no_final_output(tmp_path, sig):
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILL_SCRIPT.format(spec=repr(CONV_SPEC)), str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    # Wait until it is measuring (it has written its first file, the CSV: under a
+    # temporary name, unless that guard is gone), then kill it.
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(tmp_path.iterdir()), "the job never started measuring"
+    time.sleep(0.5)
+    os.kill(proc.pid, sig)
+    proc.wait(timeout=30)
+    assert not (tmp_path / "op.json").exists()
+    assert not (tmp_path / "op.csv").exists()
+
+
+# --- the GPU setting is restored -----------------------------------------------------------
+
+
+def test_wrapper_resets_after_error_in_block(calls: Path) -> None:
+    with pytest.raises(ZeroDivisionError), applied_setting(parse_setting("pl300"), "0", COMMAND):
+        _ = 1 / 0
+    assert changes(calls) == [["-i", "0", "-pl", "300"], *RESET]
+    assert not marker_path("0").exists()
+
+
+def test_failed_apply_still_resets_and_keeps_marker(
+    calls: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_NVSMI_MODE", "no_permission")
+    with (
+        pytest.raises(GpuSettingError, match="Insufficient Permissions") as info,
+        applied_setting(parse_setting("sm1410"), "0", COMMAND),
+    ):
+        pytest.fail("the block must not run")
+    assert changes(calls) == [LOCK_1410, *RESET]  # all refused by the fake
+    assert any("resetting GPU 0 failed" in note for note in info.value.__notes__)
+    # The card may still be locked: the marker stays so that the next job resets it.
+    assert marker_path("0").exists()
+
+
+def test_missing_command_says_what_to_do(calls: Path) -> None:
+    with (
+        pytest.raises(GpuSettingError, match="setting `default`"),
+        applied_setting(parse_setting("sm1410"), "0", ["/nonexistent/opcost-gpu-setting"]),
+    ):
+        pass
+
+
+JOB = """
+import sys, time
+from opcost.gpu_setting import applied_setting
+from opcost.names import parse_setting
+with applied_setting(parse_setting("sm1410"), "0", {command!r}):
+    print("applied", flush=True)
+    time.sleep(30)
+print("not reached", flush=True)
+"""
+
+
+def start_job(tmp_path: Path) -> subprocess.Popen[str]:
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(JOB.format(command=COMMAND)))
+    job = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert job.stdout is not None
+    line = job.stdout.readline()
+    if line != "applied\n":
+        job.kill()
+        pytest.fail(f"job did not apply the setting: {line!r} {job.communicate()[1]}")
+    return job
+
+
+def test_sigterm_mid_setting_resets(calls: Path, tmp_path: Path) -> None:
+    job = start_job(tmp_path)
+    assert changes(calls) == [LOCK_1410]
+    job.send_signal(signal.SIGTERM)
+    out, err = job.communicate(timeout=30)
+    assert job.returncode == 128 + signal.SIGTERM, err
+    assert "not reached" not in out
+    assert changes(calls) == [LOCK_1410, *RESET]
+    assert not marker_path("0").exists()
+
+
+def test_sigkill_leaves_marker_and_next_job_recovers(
+    calls: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    job = start_job(tmp_path)
+    job.kill()
+    job.communicate(timeout=30)
+    # SIGKILL cannot be caught: the clock stays locked, the marker says so.
+    assert changes(calls) == [LOCK_1410]
+    marker = json.loads(marker_path("0").read_text())
+    assert (marker["pid"], marker["setting"]) == (job.pid, "sm1410")
+
+    # The next job, even one measuring the default setting, resets first.
+    with caplog.at_level(logging.WARNING), applied_setting(parse_setting("default"), "0", COMMAND):
+        assert changes(calls) == [LOCK_1410, *RESET]
+        assert not marker_path("0").exists()
+    assert "was killed" in caplog.text
+    assert changes(calls) == [LOCK_1410, *RESET]
+
+
+def test_corrupt_marker_is_treated_as_stale(calls: Path) -> None:
+    marker_path("0").parent.mkdir(parents=True)
+    marker_path("0").write_text("{trunc")
+    assert recover_stale_setting("0", COMMAND)
+    assert changes(calls) == RESET
+    assert not recover_stale_setting("0", COMMAND)
+
+
+def test_marker_of_running_process_is_not_stale(calls: Path) -> None:
+    with applied_setting(parse_setting("sm1410"), "0", COMMAND):
+        with pytest.raises(GpuSettingError, match="still running"):
+            recover_stale_setting("0", COMMAND)
+        assert changes(calls) == [LOCK_1410]
+    assert changes(calls) == [LOCK_1410, *RESET]
+
+
+THREAD_JOB = """
+import sys, threading, time
+from opcost.gpu_setting import applied_setting
+from opcost.names import parse_setting
+applied = threading.Event()
+def hold():
+    with applied_setting(parse_setting("sm1410"), "0", {command!r}):
+        applied.set()
+        time.sleep(30)
+threading.Thread(target=hold, daemon=True).start()
+applied.wait(30)
+print("exiting", flush=True)
+"""
+
+
+def test_setting_held_by_abandoned_thread_is_reset_at_exit(calls: Path, tmp_path: Path) -> None:
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(THREAD_JOB.format(command=COMMAND)))
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.stdout == "exiting\n", done.stderr
+    assert changes(calls) == [LOCK_1410, *RESET]
+    assert not marker_path("0").exists()
+
+
+def test_sigterm_unwinds() -> None:
+    before = signal.getsignal(signal.SIGTERM)
+    cleaned = []
+
+    def job() -> None:
+        with sigterm_unwinds() as installed:
+            assert installed
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)  # the handler interrupts this
+            finally:
+                cleaned.append(True)
+
+    with pytest.raises(SystemExit) as info:
+        job()
+    assert info.value.code == 128 + signal.SIGTERM
+    assert cleaned == [True]
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+# --- the pipeline: an op out of memory, raw logs, kills, sharing a GPU ---------------------
+
+# A user network whose second layer "runs out of GPU memory" wherever it really runs (on
+# the meta device of the extract stage it does not): the profile stage meets the error
+# torch raises for a GPU out of memory, on the CPU.
+OOM_NETS = """
+import torch
+from torch import nn
+
+
+class Greedy(nn.Module):
+    def forward(self, x):
+        if x.device.type != "meta":
+            raise torch.OutOfMemoryError(
+                "CUDA out of memory. Tried to allocate 80.00 GiB (simulated by the test)"
+            )
+        return x * 2
+
+
+def net():
+    return nn.Sequential(nn.Linear(8, 8), Greedy())
+"""
+OOM_CONFIG = """
+models:
+  - {model: "oomnets:net", inputs: [[4, 8]]}
+modes: [inference]
+gpus:
+  cpu: {device: cpu}
+profile: {min_run_time_s: 0.02, warmup_s: 0.005}
+"""
+OOM_TARGETS = ("results/dataset/cpu.parquet", "results/dataset/cpu.failed.parquet")
+
+
+def snakemake_with(repo: Path, workdir: Path, extra_path: Path, *args: str, timeout: int = 600):
+    """Snakemake on the repository's Snakefile, with ``extra_path`` importable."""
+    path = [str(extra_path), str(repo / "tests"), str(repo / "src")]
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(repo / "Snakefile")]
+        + ["--directory", str(workdir), *args],
+        capture_output=True,
+        text=True,
+        cwd=repo,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(path)},
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="module")
+def oom_study(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The OOM study run once through Snakemake: its folders and the run's result."""
+    root = tmp_path_factory.mktemp("oom_study")
+    models = root / "models"
+    models.mkdir()
+    (models / "oomnets.py").write_text(OOM_NETS)
+    config = root / "config.yaml"
+    config.write_text(OOM_CONFIG)
+    repo = Path(__file__).resolve().parents[1]
+    work = root / "work"
+    args = ("--configfile", str(config))
+    # Targets first: --configfile and --forcerun take every word that follows them.
+    run = snakemake_with(repo, work, models, *OOM_TARGETS, "--cores", "1", *args)
+    return {"repo": repo, "work": work, "models": models, "args": args, "run": run}
+
+
+def test_out_of_memory_study_goes_on_and_lists_the_failure(oom_study):
+    run = oom_study["run"]
+    assert run.returncode == 0, run.stderr[-4000:]
+    work = oom_study["work"]
+    unique = pd.read_parquet(work / "results/ops/unique.parquet")
+    greedy = unique.loc[unique["type"] == "oomnets.Greedy", "op_id"].item()
+    linear = unique.loc[unique["type"] != "oomnets.Greedy", "op_id"].item()
+    dataset = pd.read_parquet(work / "results/dataset/cpu.parquet")
+    failed = pd.read_parquet(work / "results/dataset/cpu.failed.parquet")
+    # The Linear layer was measured; the greedy op and the whole network failed.
+    assert list(dataset["op_id"]) == [linear]
+    assert dataset["time_s"].gt(0).all()
+    assert sorted(failed["kind"]) == ["network", "op"]
+    assert failed.loc[failed["kind"] == "op", "op_id"].item() == greedy
+    assert failed.loc[failed["kind"] == "network", "model_input"].item() == "oomnets.net_4x8"
+    for reason in failed["failure_reason"]:
+        assert "CUDA out of memory" in reason
+        assert "simulated by the test" in reason
+    raw = json.loads((work / f"results/raw/cpu/default/inference/ops/{greedy}.json").read_text())
+    assert raw["status"] == "failed"
+
+
+def _report_payloads(html: str) -> str:
+    """The report's text plus every file it embeds as a base64 data URI, decoded."""
+    import base64
+
+    texts = [html]
+    for match in re.finditer(r'data:[^;,"]+(?:;[^;,"]+)*;base64,([A-Za-z0-9+/=]+)', html):
+        try:
+            texts.append(base64.b64decode(match[1]).decode("utf-8", errors="replace"))
+        except ValueError:
+            continue
+    return "\n".join(texts)
+
+
+def test_failure_table_is_in_the_report(oom_study):
+    assert oom_study["run"].returncode == 0
+    work, report = oom_study["work"], oom_study["work"] / "report.html"
+    repo, models, args = oom_study["repo"], oom_study["models"], oom_study["args"]
+    # The failure table as the report shows it: a CSV beside the Parquet file.
+    targets = (*OOM_TARGETS, "results/dataset/cpu.failed.csv")
+    made = snakemake_with(repo, work, models, *targets, "--cores", "1", *args)
+    assert made.returncode == 0, made.stderr[-4000:]
+    made = snakemake_with(repo, work, models, *targets, "--report", str(report), *args)
+    assert made.returncode == 0, made.stderr[-4000:]
+    unique = pd.read_parquet(work / "results/ops/unique.parquet")
+    greedy = unique.loc[unique["type"] == "oomnets.Greedy", "op_id"].item()
+    shown = _report_payloads(report.read_text())
+    assert greedy in shown
+    assert "simulated by the test" in shown
+
+
+def test_raw_logs_are_write_protected_and_a_rerun_refuses_to_overwrite(oom_study):
+    assert oom_study["run"].returncode == 0
+    work = oom_study["work"]
+    raw = sorted(p for p in (work / "results/raw").rglob("*") if p.is_file())
+    assert len(raw) == 6  # two ops and the network, each a CSV and a JSON
+    for path in raw:
+        assert not path.stat().st_mode & 0o222, f"{path} is writable"
+    if os.geteuid() == 0:
+        # Root may write anyway, and Snakemake asks os.access: as root it reruns the job
+        # and overwrites the logs. The modes above are all that holds for root.
+        return
+    before = {p: p.read_bytes() for p in raw}
+    target = next(p for p in raw if p.suffix == ".json" and "/ops/" in str(p))
+    rerun = snakemake_with(
+        oom_study["repo"],
+        work,
+        oom_study["models"],
+        str(target.relative_to(work)),
+        "--cores",
+        "1",
+        *oom_study["args"],
+        "--forcerun",
+        "profile_op",
+    )
+    assert rerun.returncode != 0
+    assert "protected" in (rerun.stdout + rerun.stderr).lower()
+    assert {p: p.read_bytes() for p in raw} == before
+
+
+def _intervals(workdir):
+    records = [json.loads(p.read_text()) for p in (workdir / "results/raw").rglob("*.json")]
+    return sorted((r["started_unix_s"], r["finished_unix_s"]) for r in records)
+
+
+def test_profiling_jobs_never_overlap_without_resources_flag(repo, tmp_path):
+    """The default profile limits gpu=1: no two profiling jobs share the device."""
+    config = ["--configfile", str(repo / "tests/data/configs/tiny.yaml")]
+    run = snakemake(repo, tmp_path, "--cores", "4", *config)  # no --resources given
+    assert run.returncode == 0, run.stderr[-4000:]
+    spans = _intervals(tmp_path)
+    assert len(spans) > 10
+    for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+        assert start >= end
+
+
+def test_run_killed_mid_profiling_resumes_and_completes(repo, tmp_path):
+    config = ["--configfile", str(repo / "tests/data/configs/tiny.yaml")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo / "tests"), str(repo / "src")])}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-s",
+            str(repo / "Snakefile"),
+            "--directory",
+            str(tmp_path),
+            "--cores",
+            "2",
+            *config,
+        ],
+        cwd=repo,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    raw = tmp_path / "results/raw"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and len(list(raw.rglob("*.json"))) < 5:
+        time.sleep(0.2)
+    # As SLURM or a user stops a run: SIGTERM (Snakemake finishes its running job), then
+    # SIGKILL if it has not exited after a grace period.
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=60)
+    measured_before = {p.name for p in raw.rglob("*.json")}
+    assert len(measured_before) > 0
+    # Nothing half-written looks complete: every final JSON parses and has its CSV.
+    for p in raw.rglob("*.json"):
+        assert json.loads(p.read_text())["status"] == "ok"
+        assert p.with_suffix(".csv").exists()
+    # After a SIGKILL Snakemake's lock remains; --unlock is the documented way on.
+    assert snakemake(repo, tmp_path, "--unlock", *config).returncode == 0
+    again = snakemake(repo, tmp_path, "--cores", "2", *config)
+    assert again.returncode == 0, again.stderr[-4000:]
+    # Only what was missing ran: the measurements made before the kill were kept.
+    assert measured_before <= {p.name for p in raw.rglob("*.json")}
+    dataset = pd.read_parquet(tmp_path / "results/dataset/cpu.parquet")
+    unique = pd.read_parquet(tmp_path / "results/ops/unique.parquet")
+    assert len(dataset) == 2 * len(unique) + 4
+    assert not list(raw.rglob(".*.tmp-*"))

@@ -1,0 +1,261 @@
+"""Reliability, security: nothing a caller passes is run by a shell, or becomes a path unchecked.
+
+Issue #8, category 3. Per case, the guard (file:function) it checks.
+
+The privileged script ``opcost-gpu-setting`` (src/opcost/gpu_setting.py:main, run as root
+through sudo):
+
+- hostile arguments (shell syntax, signs, spaces, exponents, hex, non-ASCII digits, huge
+  numbers, zero), a missing GPU or action, an option given twice, two actions, extra words,
+  abbreviations: refused with exit code 2 before nvidia-smi is ever called:
+  gpu_setting.py:_strict_int, :_gpu_arg, :_Once, :build_parser (``allow_abbrev=False``,
+  ``required=True``, the mutually exclusive group)
+  (``test_hostile_arguments_refused_without_calling_nvidia_smi``)
+- values the GPU does not support (a clock between two supported ones, out-of-range power
+  limits, a GPU index or UUID that does not exist): refused before any change:
+  gpu_setting.py:main (``test_invalid_values_refused_before_any_change``)
+
+The job side (gpu_setting.py:applied_setting) and the nvidia-smi adapter (nvsmi.py):
+
+- the setting command runs as an argument list, never through a shell: gpu_setting.py:_call
+  (``test_setting_command_runs_without_a_shell``); a command given as one string is refused:
+  gpu_setting.py:_check_command (``test_command_as_string_refused``), and the config
+  schema allows only a list (``test_setting_command_must_be_a_list_in_the_config``)
+- nvidia-smi runs without a shell: nvsmi.py:run_nvidia_smi
+  (``test_nvidia_smi_runs_without_a_shell``)
+- a GPU id that is neither an index nor a UUID never reaches a command line:
+  nvsmi.py:check_gpu (``test_check_gpu_refuses``,
+  ``test_wrapper_refuses_bad_gpu_before_any_call``); query fields are checked the same way:
+  nvsmi.py:check_fields (``test_malformed_fields_refused_before_any_call``)
+
+Paths:
+
+- every name from the config that becomes a wildcard or a path component passes
+  names.py:check_name (GPU configurations, models, SLURM names; see tests/test_bad_input.py
+  for the config fields): a name it accepts is one plain path component that stays in its
+  folder, cannot be read as an option, and holds no whitespace or shell syntax
+  (``test_an_accepted_name_is_one_safe_path_component``), and the wildcard pattern of
+  workflow/rules/common.smk admits no other
+  (``test_the_wildcard_pattern_admits_no_name_that_check_name_refuses``); setting names come from
+  names.py:parse_setting and are safe the same way
+  (``test_an_accepted_setting_is_a_safe_name``)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import string
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import changes, recorded
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from opcost.config import ConfigError, load_study
+from opcost.gpu_setting import GpuSettingError, applied_setting, main
+from opcost.names import NAME_PATTERN, NameError_, check_name, parse_setting
+from opcost.nvsmi import NvidiaSmiError, PowerLogger, check_gpu, run_nvidia_smi
+
+COMMAND = (sys.executable, "-m", "opcost.gpu_setting")
+
+
+# --- the privileged script -----------------------------------------------------------------
+
+
+HOSTILE_SYNTAX = [
+    ["--gpu", "0", "--lock-sm-clock", "1;rm -rf /"],
+    ["--gpu", "0", "--lock-sm-clock", "$(id)"],
+    ["--gpu", "0", "--lock-sm-clock", "-1"],
+    ["--gpu", "0", "--lock-sm-clock", "1e3"],
+    ["--gpu", "0", "--lock-sm-clock", "0x10"],
+    ["--gpu", "0", "--lock-sm-clock", " 1410"],
+    ["--gpu", "0", "--lock-sm-clock", "1410 "],
+    ["--gpu", "0", "--lock-sm-clock", "+1410"],
+    ["--gpu", "0", "--lock-sm-clock", "1410.0"],
+    ["--gpu", "0", "--lock-sm-clock", "1_410"],
+    ["--gpu", "0", "--lock-sm-clock", "\uff11\uff14\uff11\uff10"],  # full-width digits
+    ["--gpu", "0", "--lock-sm-clock", "99999999"],
+    ["--gpu", "0", "--lock-sm-clock", "0"],
+    ["--gpu", "0", "--power-limit", "-300"],
+    ["--gpu", "0;rm -rf /", "--reset"],
+    ["--gpu", "$(id)", "--reset"],
+    ["--gpu", "-1", "--reset"],
+    ["--gpu", "00", "--reset"],
+    ["--gpu", "GPU-../../etc/passwd", "--reset"],
+    [],
+    ["--reset"],
+    ["--gpu", "0"],
+    ["--gpu", "0", "--reset", "--lock-sm-clock", "1410"],
+    ["--gpu", "0", "--lock-sm-clock", "1410", "--power-limit", "300"],
+    ["--gpu", "0", "--lock-sm-clock", "1410", "--lock-sm-clock", "1980"],
+    ["--gpu", "0", "--gpu", "1", "--reset"],
+    ["--gpu", "0", "--reset", "extra"],
+    ["--gpu", "0", "--res"],
+    ["--gpu=0", "--lock-sm-clock=1410;reboot"],
+]
+
+
+@pytest.mark.parametrize("argv", HOSTILE_SYNTAX, ids=repr)
+def test_hostile_arguments_refused_without_calling_nvidia_smi(
+    calls: Path, argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    assert "usage:" in capsys.readouterr().err
+    assert recorded(calls) == []
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--gpu", "0", "--lock-sm-clock", "1411"],  # between two supported clocks
+        ["--gpu", "0", "--lock-sm-clock", "1995"],  # above the 1980 MHz maximum
+        ["--gpu", "0", "--lock-sm-clock", "330"],  # below the lowest clock
+        ["--gpu", "1", "--reset"],  # the probe machine has GPU 0 only
+        ["--gpu", "GPU-00000000-0000-0000-0000-000000000000", "--reset"],
+        ["--gpu", "0", "--power-limit", "199"],
+        ["--gpu", "0", "--power-limit", "701"],
+    ],
+    ids=repr,
+)
+def test_invalid_values_refused_before_any_change(calls: Path, argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    assert recorded(calls), "the checks should have queried nvidia-smi"
+    assert changes(calls) == []
+
+
+@pytest.mark.parametrize("gpu", ["0;reboot", "../0", "", 0])
+def test_wrapper_refuses_bad_gpu_before_any_call(calls: Path, gpu: object) -> None:
+    with (
+        pytest.raises(GpuSettingError, match="neither an index .* nor a UUID"),
+        applied_setting(parse_setting("sm1410"), gpu, COMMAND),  # type: ignore[arg-type]
+    ):
+        pass
+    assert recorded(calls) == []
+
+
+def test_command_as_string_refused(calls: Path) -> None:
+    with (
+        pytest.raises(GpuSettingError, match="list of arguments"),
+        applied_setting(parse_setting("sm1410"), "0", "sudo -n opcost-gpu-setting"),
+    ):
+        pass
+
+
+# --- GPU ids and fields: checked before any command line -----------------------------------
+
+
+@pytest.mark.parametrize(
+    "gpu", ["0;rm -rf /", "-1", "01", " 0", "GPU-57781E38-0B78-5D74-ED7B-E2DB6DDBACD3", "", 0]
+)
+def test_check_gpu_refuses(gpu: object) -> None:
+    with pytest.raises(NvidiaSmiError):
+        check_gpu(gpu)
+
+
+@pytest.mark.parametrize("fields", [["power.draw,clocks.sm"], ["--help"], [], "power.draw"])
+def test_malformed_fields_refused_before_any_call(
+    calls: Path, tmp_path: Path, fields: list[str]
+) -> None:
+    with pytest.raises(NvidiaSmiError):
+        PowerLogger(tmp_path / "op.csv", "0", fields)
+    assert recorded(calls) == []
+
+
+# --- no shell ------------------------------------------------------------------------------
+
+# Appends its arguments as one JSON line to the file named first: a stand-in for the
+# setting command that shows exactly what it was given.
+RECORDER = "import json, sys; open(sys.argv[1], 'a').write(json.dumps(sys.argv[2:]) + '\\n')"
+SHELL_BAIT = ["$(touch bait-1)", "; touch bait-2", "`touch bait-3`", "a b | touch bait-4"]
+
+
+def test_setting_command_runs_without_a_shell(calls, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    log = tmp_path / "argv.jsonl"
+    command = (sys.executable, "-c", RECORDER, str(log), *SHELL_BAIT)
+    with applied_setting(parse_setting("sm1410"), "0", command):
+        pass
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert lines == [
+        [*SHELL_BAIT, "--gpu", "0", "--lock-sm-clock", "1410"],
+        [*SHELL_BAIT, "--gpu", "0", "--reset"],
+    ]
+    assert not list(tmp_path.glob("bait-*"))
+
+
+def test_nvidia_smi_runs_without_a_shell(calls, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    proc = run_nvidia_smi(["-L; touch bait-1", "$(touch bait-2)"])
+    # The fake received the two words as they are, and refused them.
+    assert recorded(calls) == [["-L; touch bait-1", "$(touch bait-2)"]]
+    assert proc.returncode == 2
+    assert not list(tmp_path.glob("bait-*"))
+
+
+@pytest.mark.parametrize("command", ["sudo -n opcost-gpu-setting", "opcost-gpu-setting; id"])
+def test_setting_command_must_be_a_list_in_the_config(command):
+    with pytest.raises(ConfigError, match=r"profile\.setting_command"):
+        load_study({"profile": {"setting_command": command}}, check_models=False)
+
+
+# --- names that become paths ---------------------------------------------------------------
+
+NAMEISH = st.text(
+    alphabet=st.sampled_from([*string.ascii_letters[:6], *"09_.-/\\ ~$;:*?\n\t\x00é"]),
+    max_size=70,
+)
+
+
+@given(NAMEISH | st.text(max_size=70))
+@example("a/b")
+@example("..")
+@example("a/../b")
+@example("-rf")
+@example(".hidden")
+@example("x" * 65)
+@example("a b")
+@example("a\nb")
+def test_an_accepted_name_is_one_safe_path_component(name):
+    try:
+        check_name(name, "name")
+    except NameError_:
+        return
+    base = Path("/base")
+    assert (base / name).parent == base
+    assert os.path.normpath(base / name) == str(base / name)
+    assert name not in (".", "..")
+    assert not name.startswith(("-", "."))  # not an option, not hidden
+    assert name.isascii()
+    assert name.isprintable()
+    assert not any(c.isspace() for c in name)
+    assert not set(name) & set("/\\$;:*?`'\"|&<>(){}[]!~#")
+    assert 1 <= len(name) <= 64
+
+
+@given(NAMEISH | st.text(max_size=70))
+def test_the_wildcard_pattern_admits_no_name_that_check_name_refuses(name):
+    # workflow/rules/common.smk constrains the {gpu} wildcard with NAME_PATTERN: a target
+    # path can then carry only a name that a config could have named.
+    import re
+
+    if re.fullmatch(NAME_PATTERN, name) and ".." not in name:
+        assert check_name(name, "name") == name
+    for usual in ["h100", "h100-notf32", "resnet18", "a.b_c-d", "0"]:
+        assert re.fullmatch(NAME_PATTERN, usual)
+
+
+@given(st.text(max_size=12) | st.from_regex(r"(sm|pl)[0-9]{1,6}", fullmatch=True))
+def test_an_accepted_setting_is_a_safe_name(text):
+    try:
+        setting = parse_setting(text)
+    except ValueError:
+        return
+    assert check_name(setting.name, "setting") == text
+    assert setting.value is None or 10 <= setting.value <= 99999
