@@ -129,7 +129,7 @@ def test_lock_dir_that_is_a_symlink_is_refused(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("key", ["", "..", "/"])
 def test_keys_that_make_no_file_name_are_refused(key):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="makes no file name"):
         device_lock.lock_path(key)
 
 

@@ -137,7 +137,8 @@ def test_toy_workflow_runs_through_slurm(tmp_path: Path) -> None:
     # (which has no SLURM_STEP_ID): no srun and no new Python per member.
     assert op1["slurm_job_id"] == op2["slurm_job_id"]
     assert op1["pid"] == op2["pid"]
-    assert op1["slurm_step_id"] is None and op2["slurm_step_id"] is None
+    assert op1["slurm_step_id"] is None
+    assert op2["slurm_step_id"] is None
     assert "--target-jobs" in op1["cmdline"]
     assert op1["resources"]["gpu"] == 1
     group_job = _scontrol_job(op1["slurm_job_id"])

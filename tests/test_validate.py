@@ -306,9 +306,11 @@ def test_resnet18_recheck_on_the_h100_sums_within_five_percent(repo):
     counts = pd.read_parquet(repo / "tests/data/h100/ops/resnet18_4x3x64x64.parquet")
     ops = dataset[dataset["kind"] == "op"].set_index("op_id")
     assert set(counts["op_id"]) == set(ops.index)
-    time_sum_s = sum(c * ops.loc[o, "time_s"] for o, c in zip(counts["op_id"], counts["count"]))
+    time_sum_s = sum(
+        c * ops.loc[o, "time_s"] for o, c in zip(counts["op_id"], counts["count"], strict=True)
+    )
     energy_sum_j = sum(
-        c * ops.loc[o, "energy_j"] for o, c in zip(counts["op_id"], counts["count"])
+        c * ops.loc[o, "energy_j"] for o, c in zip(counts["op_id"], counts["count"], strict=True)
     )
     net = dataset[dataset["kind"] == "network"].iloc[0]
     time_diff = time_sum_s / net["time_s"] - 1

@@ -25,6 +25,8 @@ rule sweep_proportionality:
         record=protected("results/sweep/{gpu}/proportionality.json"),
     log:
         "logs/sweep/{gpu}/proportionality.log",
+    conda:
+        "../../environment.yml"
     resources:
         gpu=1,
         gpu_model=get_slurm_gpu_model,
@@ -32,8 +34,6 @@ rule sweep_proportionality:
         sweep=dataclasses.asdict(SWEEP),
         gpu=lambda wildcards: wf.gpu_params(STUDY, wildcards.gpu),
         profile=config["profile"],
-    conda:
-        "../../environment.yml"
     script:
         "../scripts/sweep_proportionality.py"
 
@@ -44,6 +44,8 @@ rule sweep_power_trace:
         record=protected("results/sweep/{gpu}/power_trace.json"),
     log:
         "logs/sweep/{gpu}/power_trace.log",
+    conda:
+        "../../environment.yml"
     resources:
         gpu=1,
         gpu_model=get_slurm_gpu_model,
@@ -51,8 +53,6 @@ rule sweep_power_trace:
         sweep=dataclasses.asdict(SWEEP),
         gpu=lambda wildcards: wf.gpu_params(STUDY, wildcards.gpu),
         profile=config["profile"],
-    conda:
-        "../../environment.yml"
     script:
         "../scripts/sweep_power_trace.py"
 
@@ -72,12 +72,12 @@ rule figure_proportionality:
         ),
     log:
         "logs/figures/proportionality.log",
+    conda:
+        "../../environment.yml"
     params:
         figure="proportionality",
         options={},
         style=FIGURE_STYLE,
-    conda:
-        "../../environment.yml"
     script:
         "../scripts/figure.py"
 
@@ -95,12 +95,12 @@ rule figure_power_trace:
         ),
     log:
         "logs/figures/power_trace.log",
+    conda:
+        "../../environment.yml"
     params:
         figure="power_trace",
         options={},
         style=FIGURE_STYLE,
-    conda:
-        "../../environment.yml"
     script:
         "../scripts/figure.py"
 
@@ -118,12 +118,12 @@ rule figure_startup_effect:
         ),
     log:
         "logs/figures/startup_effect.log",
+    conda:
+        "../../environment.yml"
     params:
         figure="startup_effect",
         options={},
         style=FIGURE_STYLE,
-    conda:
-        "../../environment.yml"
     script:
         "../scripts/figure.py"
 
@@ -145,12 +145,12 @@ rule figure_validation:
         "logs/figures/validation_{size}.log",
     wildcard_constraints:
         size="small|large",
+    conda:
+        "../../environment.yml"
     params:
         figure="validation",
         options=lambda wildcards: {"size_class": wildcards.size},
         style=FIGURE_STYLE,
-    conda:
-        "../../environment.yml"
     script:
         "../scripts/figure.py"
 
@@ -167,12 +167,12 @@ rule figure_network_energy:
         ),
     log:
         "logs/figures/network_energy.log",
+    conda:
+        "../../environment.yml"
     params:
         figure="network_energy",
         options={},
         style=FIGURE_STYLE,
-    conda:
-        "../../environment.yml"
     script:
         "../scripts/figure.py"
 
@@ -189,12 +189,12 @@ rule figure_settings:
         ),
     log:
         "logs/figures/settings.log",
+    conda:
+        "../../environment.yml"
     params:
         figure="settings",
         options={},
         style=FIGURE_STYLE,
-    conda:
-        "../../environment.yml"
     script:
         "../scripts/figure.py"
 
@@ -214,12 +214,12 @@ rule figure_prediction_ops:
         ),
     log:
         "logs/figures/prediction_ops.log",
+    conda:
+        "../../environment.yml"
     params:
         figure="prediction_ops",
         options={},
         style=FIGURE_STYLE,
-    conda:
-        "../../environment.yml"
     script:
         "../scripts/figure.py"
 
@@ -236,12 +236,12 @@ rule figure_prediction_errors:
         ),
     log:
         "logs/figures/prediction_errors.log",
+    conda:
+        "../../environment.yml"
     params:
         figure="prediction_errors",
         options={},
         style=FIGURE_STYLE,
-    conda:
-        "../../environment.yml"
     script:
         "../scripts/figure.py"
 
@@ -258,12 +258,12 @@ rule figure_prediction_op_types:
         ),
     log:
         "logs/figures/prediction_op_types.log",
+    conda:
+        "../../environment.yml"
     params:
         figure="prediction_op_types",
         options={},
         style=FIGURE_STYLE,
-    conda:
-        "../../environment.yml"
     script:
         "../scripts/figure.py"
 
@@ -280,11 +280,11 @@ rule figure_prediction_networks:
         ),
     log:
         "logs/figures/prediction_networks.log",
+    conda:
+        "../../environment.yml"
     params:
         figure="prediction_networks",
         options={},
         style=FIGURE_STYLE,
-    conda:
-        "../../environment.yml"
     script:
         "../scripts/figure.py"

@@ -42,10 +42,10 @@ rule validate_predictions:
         ),
     log:
         "logs/validate/predictions.log",
+    conda:
+        "../../environment.yml"
     params:
         # The network predictions name their GPU configuration by path only.
         gpus=list(STUDY.gpus),
-    conda:
-        "../../environment.yml"
     script:
         "../scripts/validate_predictions.py"
