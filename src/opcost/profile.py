@@ -185,23 +185,47 @@ def profile_job(
     """
     csv_path, json_path = Path(csv_path), Path(json_path)
     opts = options_for(gpu, mode, profile_config)
+    job_log = Path(job_log_path) if job_log_path else None
     # The device to itself for the whole job, whatever the caller's resources say.
     with device_lock.exclusive(_device_key(opts.device)) as lock_wait_s:
-        return _profile_job_locked(
-            kind=kind,
-            gpu=gpu,
-            setting=setting,
-            mode=mode,
-            opts=opts,
-            profile_config=profile_config,
-            csv_path=csv_path,
-            json_path=json_path,
-            spec=spec,
-            model_input=model_input,
-            op_id=op_id,
-            job_log_path=job_log_path,
-            lock_wait_s=lock_wait_s,
-        )
+        record: dict[str, Any] = {
+            "schema_version": SCHEMA_VERSION,
+            "status": "ok",
+            "failure_reason": None,
+            "kind": kind,
+            "op_id": op_id,
+            "model_input": model_input.name if model_input else None,
+            "spec": spec,
+            "mode": mode,
+            "gpu": gpu.name,
+            "setting": setting.name,
+            "requested_sm_clock_mhz": setting.sm_clock_mhz,
+            "requested_power_limit_w": setting.power_limit_w,
+            "device": opts.device,
+            "dtype": opts.dtype,
+            "tf32": opts.tf32,
+            "min_run_time_s": opts.min_run_time_s,
+            "warmup_s": opts.warmup_s,
+            "utc_offset_s": time.localtime().tm_gmtoff,
+            "started_unix_s": time.time(),
+            "device_lock_wait_s": round(lock_wait_s, 3),
+            **_provenance(opts.device),
+        }
+        if opts.device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        harness.configure_numerics(opts)
+        try:
+            with _power_log(
+                csv_path, opts.device, setting, profile_config, record, job_log
+            ) as read_mj:
+                _measure_into(record, kind, spec, model_input, opts, read_mj)
+        finally:
+            gc.collect()
+            if opts.device == "cuda":
+                torch.cuda.empty_cache()
+        record["finished_unix_s"] = time.time()
+        write_atomic(json_path, json.dumps(record, indent=1, sort_keys=True) + "\n")
+    return record
 
 
 def _device_key(device: str) -> str:
@@ -213,77 +237,37 @@ def _device_key(device: str) -> str:
     return device
 
 
-def _profile_job_locked(
-    *,
+def _measure_into(
+    record: dict[str, Any],
     kind: str,
-    gpu: GpuConfig,
-    setting: Setting,
-    mode: str,
-    opts: harness.HarnessOptions,
-    profile_config: dict[str, Any],
-    csv_path: Path,
-    json_path: Path,
     spec: dict[str, Any] | None,
     model_input: ModelInput | None,
-    op_id: str | None,
-    job_log_path: str | Path | None,
-    lock_wait_s: float,
-) -> dict[str, Any]:
-    record: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "status": "ok",
-        "failure_reason": None,
-        "kind": kind,
-        "op_id": op_id,
-        "model_input": model_input.name if model_input else None,
-        "spec": spec,
-        "mode": mode,
-        "gpu": gpu.name,
-        "setting": setting.name,
-        "requested_sm_clock_mhz": setting.sm_clock_mhz,
-        "requested_power_limit_w": setting.power_limit_w,
-        "device": opts.device,
-        "dtype": opts.dtype,
-        "tf32": opts.tf32,
-        "min_run_time_s": opts.min_run_time_s,
-        "warmup_s": opts.warmup_s,
-        "utc_offset_s": time.localtime().tm_gmtoff,
-        "started_unix_s": time.time(),
-        "device_lock_wait_s": round(lock_wait_s, 3),
-        **_provenance(opts.device),
-    }
-    if opts.device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    harness.configure_numerics(opts)
+    opts: harness.HarnessOptions,
+    read_mj: Any,
+) -> None:
+    """Build the op or network and measure it; its timing, or why it failed, into ``record``."""
     workload = None
     try:
-        job_log = Path(job_log_path) if job_log_path else None
-        with _power_log(csv_path, opts.device, setting, profile_config, record, job_log) as read_mj:
-            try:
-                if kind == "op":
-                    workload = harness.prepare_op(spec, opts)
-                else:
-                    from opcost.extract import build_model
+        if kind == "op":
+            workload = harness.prepare_op(spec, opts)
+        else:
+            from opcost.extract import build_model
 
-                    net = build_model(model_input.model)
-                    workload = harness.prepare_network(net, model_input.shape, opts)
-                timing = harness.measure(workload, opts, read_mj)
-            except harness.OpCannotRun as e:
-                record.update(status="failed", failure_reason=str(e))
-            except (RuntimeError, ValueError, NotImplementedError) as e:
-                if not _op_cannot_run(e):
-                    raise
-                record.update(status="failed", failure_reason=f"{type(e).__name__}: {e}"[:2000])
-            else:
-                record.update(_timing_fields(timing))
+            net = build_model(model_input.model)
+            workload = harness.prepare_network(net, model_input.shape, opts)
+        timing = harness.measure(workload, opts, read_mj)
+    except harness.OpCannotRun as e:
+        record.update(status="failed", failure_reason=str(e))
+    except (RuntimeError, ValueError, NotImplementedError) as e:
+        if not _op_cannot_run(e):
+            raise
+        record.update(status="failed", failure_reason=f"{type(e).__name__}: {e}"[:2000])
+    else:
+        record.update(_timing_fields(timing))
     finally:
+        # Unbound here, so the caller's empty_cache can free its memory even while an
+        # exception (whose traceback holds this frame) propagates.
         del workload
-        gc.collect()
-        if opts.device == "cuda":
-            torch.cuda.empty_cache()
-    record["finished_unix_s"] = time.time()
-    write_atomic(json_path, json.dumps(record, indent=1, sort_keys=True) + "\n")
-    return record
 
 
 def _op_cannot_run(error: BaseException) -> bool:
