@@ -20,6 +20,18 @@ def repo() -> Path:
     return REPO
 
 
+@pytest.fixture(scope="session")
+def slurm_cluster() -> None:
+    """Skip (or fail, with OPCOST_REQUIRE_SLURM=1) unless a SLURM controller answers."""
+    from slurm.conftest_helpers import slurm_controller_up
+
+    up, reason = slurm_controller_up()
+    if not up:
+        if os.environ.get("OPCOST_REQUIRE_SLURM") == "1":
+            pytest.fail(f"OPCOST_REQUIRE_SLURM=1 but no SLURM cluster: {reason}")
+        pytest.skip(reason)
+
+
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """Fake nvidia-smi first on PATH, a private state dir; return the call record's path.

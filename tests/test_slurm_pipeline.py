@@ -12,7 +12,6 @@ About 10 minutes on 2 cores: 356 profiling jobs of at least 1.2 s each (warm-up 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -26,35 +25,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from slurm import conftest_helpers as helpers
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SNAKEFILE = REPO_ROOT / "Snakefile"
 DEFAULT_STUDY = REPO_ROOT / "config" / "config.yaml"
 # Minutes here; an hour means jobs hang in the queue.
 RUN_TIMEOUT_S = 3600
-
-
-def _load_helpers():
-    # Loaded by path: tests/ is not a package, and this keeps the import independent
-    # of pytest's import mode.
-    path = REPO_ROOT / "tests" / "slurm" / "conftest_helpers.py"
-    spec = importlib.util.spec_from_file_location("opcost_slurm_test_helpers", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-helpers = _load_helpers()
-
-
-@pytest.fixture(scope="module")
-def slurm_cluster() -> None:
-    """Skip (or fail, with OPCOST_REQUIRE_SLURM=1) unless a SLURM controller answers."""
-    up, reason = helpers.slurm_controller_up()
-    if not up:
-        if os.environ.get("OPCOST_REQUIRE_SLURM") == "1":
-            pytest.fail(f"OPCOST_REQUIRE_SLURM=1 but no SLURM cluster: {reason}")
-        pytest.skip(reason)
 
 
 def _snakemake(

@@ -7,10 +7,7 @@ there is none, unless ``OPCOST_REQUIRE_SLURM=1``, which turns the skip into a fa
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
-import re
 import subprocess
 import sys
 import time
@@ -18,45 +15,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from slurm import conftest_helpers as helpers
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TOY_SNAKEFILE = REPO_ROOT / "tests" / "slurm" / "toy" / "Snakefile"
 # The whole run takes about a minute here; far longer means jobs hang in the queue.
 RUN_TIMEOUT_S = 240
-
-
-def _load_helpers():
-    # Loaded by path: tests/ is not a package, and this keeps the import independent
-    # of pytest's import mode.
-    path = REPO_ROOT / "tests" / "slurm" / "conftest_helpers.py"
-    spec = importlib.util.spec_from_file_location("opcost_slurm_test_helpers", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-helpers = _load_helpers()
-
-
-@pytest.fixture(scope="module")
-def slurm_cluster() -> None:
-    """Skip (or fail, with OPCOST_REQUIRE_SLURM=1) unless a SLURM controller answers."""
-    up, reason = helpers.slurm_controller_up()
-    if not up:
-        if os.environ.get("OPCOST_REQUIRE_SLURM") == "1":
-            pytest.fail(f"OPCOST_REQUIRE_SLURM=1 but no SLURM cluster: {reason}")
-        pytest.skip(reason)
-
-
-def _scontrol_job(job_id: str) -> dict[str, str]:
-    """Return ``scontrol show job`` fields of a job (kept visible for MinJobAge)."""
-    out = subprocess.run(
-        ["scontrol", "show", "job", "-o", job_id],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return dict(re.findall(r"(\S+?)=(\S*)", out))
 
 
 def _read(workdir: Path, name: str) -> dict:
@@ -129,7 +93,10 @@ def test_toy_workflow_runs_through_slurm(tmp_path: Path) -> None:
     # gpu=1 without a gpu_model reached SLURM as a plain GPU request.
     assert gpu_job["resources"]["gpu"] == 1
     assert "gpu_model" not in gpu_job["resources"]
-    assert _scontrol_job(gpu_job["slurm_job_id"])["TresPerJob"] == "gres:gpu:1"
+    jobs = helpers.slurm_jobs(
+        [rec["slurm_job_id"] for rec in (gpu_job, op1, flaky)] + [flaky["first_slurm_job_id"]]
+    )
+    assert jobs[gpu_job["slurm_job_id"]].tres_per_job == "gres:gpu:1"
 
     # The two profile_op jobs shared one SLURM job (groups, group-components), which
     # asked for one GPU, not two, and for the sum of their runtimes (2 x 1 min on attempt
@@ -141,14 +108,14 @@ def test_toy_workflow_runs_through_slurm(tmp_path: Path) -> None:
     assert op2["slurm_step_id"] is None
     assert "--target-jobs" in op1["cmdline"]
     assert op1["resources"]["gpu"] == 1
-    group_job = _scontrol_job(op1["slurm_job_id"])
-    assert group_job["TresPerJob"] == "gres:gpu:1"
-    assert group_job["TimeLimit"] == "00:02:00"
+    group_job = jobs[op1["slurm_job_id"]]
+    assert group_job.tres_per_job == "gres:gpu:1"
+    assert group_job.time_limit == "00:02:00"
 
     # flaky failed once, and its retry was a new SLURM job with the runtime the profile's
     # "30 * attempt" gives attempt 2 (minutes).
     assert flaky["first_runtime"] == 30
     assert flaky["runtime"] == 60
     assert flaky["first_slurm_job_id"] != flaky["slurm_job_id"]
-    assert _scontrol_job(flaky["first_slurm_job_id"])["TimeLimit"] == "00:30:00"
-    assert _scontrol_job(flaky["slurm_job_id"])["TimeLimit"] == "01:00:00"
+    assert jobs[flaky["first_slurm_job_id"]].time_limit == "00:30:00"
+    assert jobs[flaky["slurm_job_id"]].time_limit == "01:00:00"

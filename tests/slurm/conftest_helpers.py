@@ -6,8 +6,9 @@ cluster (tests/slurm/profile/config.yaml) are merged over the users' profile
 profile users get, with only the values a site must edit replaced.
 """
 
-# No `from __future__ import annotations`: the tests load this file by path, without
-# registering it in sys.modules, and dataclasses then cannot resolve string annotations.
+# No `from __future__ import annotations`: bench/slurm_overhead.py loads this file by
+# path, without registering it in sys.modules, and dataclasses then cannot resolve string
+# annotations. The tests import it as `slurm.conftest_helpers` (tests/ is on sys.path).
 import re
 import shlex
 import shutil
