@@ -246,14 +246,8 @@ def validation_figure(
     part = part[part["size_class"] == size_class]
     if part.empty:
         return _message_figure(title, f"no {size_class} model-input sets in this study", style)
-    panels = part[["gpu", "mode", "setting"]].drop_duplicates().sort_values(["gpu", "mode"])
-    n_nets = part["model_input"].nunique()
     with mpl.rc_context(style.rc()):
-        fig = Figure(
-            figsize=(max(6.4, 2 * (1.0 + 0.9 * n_nets)), 0.9 + 2.6 * len(panels)),
-            layout="constrained",
-        )
-        axes = fig.subplots(len(panels), 2, squeeze=False)
+        fig, axes, panels = _time_energy_grid(part, inches_per_network=0.9)
         for r, (gpu, mode, setting) in enumerate(panels.itertuples(index=False)):
             rows = part[(part["gpu"] == gpu) & (part["mode"] == mode)]
             order = _network_order(part[part["gpu"] == gpu], "time_measured_s")
@@ -292,6 +286,23 @@ def _plain_log_ticks(axis: Any) -> None:
 
     axis.set_major_formatter(mpl.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     axis.set_minor_formatter(mpl.ticker.FuncFormatter(minor))
+
+
+def _time_energy_grid(
+    part: pd.DataFrame, inches_per_network: float
+) -> tuple[Figure, Any, pd.DataFrame]:
+    """A figure of one row per GPU configuration and mode, time left and energy right.
+
+    Returns the figure, its axes (rows x 2) and the rows' (gpu, mode, setting). Call it
+    inside the style's ``rc_context``.
+    """
+    panels = part[["gpu", "mode", "setting"]].drop_duplicates().sort_values(["gpu", "mode"])
+    n_nets = part["model_input"].nunique()
+    fig = Figure(
+        figsize=(max(6.4, 2 * (1.0 + inches_per_network * n_nets)), 0.9 + 2.6 * len(panels)),
+        layout="constrained",
+    )
+    return fig, fig.subplots(len(panels), 2, squeeze=False), panels
 
 
 def _validation_panel(ax: Any, rows: pd.DataFrame, quantity: str, order: list[str]) -> None:
@@ -720,14 +731,8 @@ def prediction_networks_figure(
     if networks.empty:
         return _message_figure(title, "no network predictions", style)
     part = _at_reference(networks)
-    panels = part[["gpu", "mode", "setting"]].drop_duplicates().sort_values(["gpu", "mode"])
-    n_nets = part["model_input"].nunique()
     with mpl.rc_context(style.rc()):
-        fig = Figure(
-            figsize=(max(6.4, 2 * (1.0 + 0.7 * n_nets)), 0.9 + 2.6 * len(panels)),
-            layout="constrained",
-        )
-        axes = fig.subplots(len(panels), 2, squeeze=False)
+        fig, axes, panels = _time_energy_grid(part, inches_per_network=0.7)
         for r, (gpu, mode, setting) in enumerate(panels.itertuples(index=False)):
             rows = part[(part["gpu"] == gpu) & (part["mode"] == mode)]
             order = _network_order(part[part["gpu"] == gpu], "time_s")
