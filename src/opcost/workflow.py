@@ -89,23 +89,28 @@ def run_profile(
     kind: str,
     spec_json: str | None = None,
 ) -> None:
-    """Entry point of the profiling rules' ``run:`` blocks."""
-    from opcost.profile import profile_job
+    """Entry point of the profiling rules' ``run:`` blocks.
+
+    The measurement runs in this process's measurement worker (:mod:`opcost.worker`), not
+    in the Snakemake thread that runs the rule.
+    """
+    from opcost import worker
 
     started = time.time()
     gpu = study.gpus[wildcards.gpu]
-    record = profile_job(
+    record = worker.call(
+        "opcost.profile:profile_job",
         kind=kind,
         gpu=gpu,
         setting=parse_setting(wildcards.setting),
         mode=wildcards.mode,
-        profile_config=study.config["profile"],
-        csv_path=output.csv,
-        json_path=output.json,
+        profile_config=dict(study.config["profile"]),
+        csv_path=str(output.csv),
+        json_path=str(output.json),
         spec=json.loads(spec_json) if spec_json else None,
         op_id=getattr(wildcards, "op_id", None),
         model_input=study.model_input(wildcards.model_input) if kind == "network" else None,
-        job_log_path=log.nvsmi,
+        job_log_path=str(log.nvsmi),
     )
     summary = {
         k: record.get(k)
@@ -114,6 +119,7 @@ def run_profile(
     summary["job_wall_s"] = round(time.time() - started, 3)
     # Which process ran it: on a cluster, one process runs a whole batch of these jobs.
     summary["pid"] = os.getpid()
+    summary["worker_pid"] = worker.pid()
     summary["slurm_job_id"] = os.environ.get("SLURM_JOB_ID")
     Path(log.job).parent.mkdir(parents=True, exist_ok=True)
     Path(log.job).write_text(json.dumps(summary) + "\n")

@@ -1,0 +1,210 @@
+"""The measurement process: profiling jobs measure in a Python process of their own.
+
+Snakemake runs the profiling rules in threads of its own process (so that torch is
+imported and CUDA started once per run, not once per job). Measuring *in* one of those
+threads shares the interpreter with Snakemake: its lock (the GIL), which a measurement
+that launches kernels from Python needs for every operation, and its garbage collector.
+On an H100, in a study of 1,140 jobs, one op's timed blocks then varied tenfold (median
+max/min 10.8, coefficient of variation 0.55, against 0.20 in a study of 356 jobs), and
+whole networks ran 2 to 12 times slower than alone, so the ops' sum missed the network by
+-59 % to +430 %.
+
+So a job hands its measurement to a worker: one ``python -m opcost.worker`` process per
+Snakemake process, started by the first job and reused by the next ones (torch and CUDA
+still start once). The job's thread waits for the answer without holding the GIL. The
+worker runs each request in its main thread, where SIGTERM unwinds the job (loggers
+stopped, GPU setting restored, nothing half-written left).
+
+Protocol: length-prefixed pickles over the worker's stdin and a copy of its stdout (its
+file descriptor 1 then points at stderr, so that anything the measured code prints
+cannot corrupt an answer). A request is ``(function, kwargs)``, ``function`` named
+``"opcost.module:name"``; an answer is ``("ok", result)`` or ``("error", exception)``.
+The worker exits when its stdin closes or its parent dies.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import IO, Any
+
+_HEADER = struct.Struct("!Q")
+#: How often the worker checks, during a job, whether its parent is still alive (s).
+PARENT_CHECK_S = 1.0
+
+
+class WorkerError(RuntimeError):
+    """The measurement worker failed: it died, or its answer cannot be read."""
+
+
+class RemoteError(RuntimeError):
+    """An exception raised in the worker that could not be sent back as it was."""
+
+
+def _write_frame(stream: IO[bytes], obj: Any) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(_HEADER.pack(len(data)) + data)
+    stream.flush()
+
+
+def _read_frame(stream: IO[bytes]) -> Any:
+    """The next object, or raise EOFError if the stream ends (before or inside a frame)."""
+    header = stream.read(_HEADER.size)
+    if len(header) < _HEADER.size:
+        raise EOFError
+    (size,) = _HEADER.unpack(header)
+    data = stream.read(size)
+    if len(data) < size:
+        raise EOFError
+    return pickle.loads(data)
+
+
+def _resolve(function: str) -> Any:
+    module, _, name = function.partition(":")
+    if not (module == "opcost" or module.startswith("opcost.")) or not name:
+        raise ValueError(f"the worker runs opcost functions ('opcost.x:name'), not {function!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+class Worker:
+    """The client side: one worker process, started on first use, one request at a time."""
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def pid(self) -> int | None:
+        """The running worker's process id, None if none runs."""
+        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+
+    def call(self, function: str, **kwargs: Any) -> Any:
+        """Run ``function(**kwargs)`` in the worker and return its result.
+
+        Raises:
+            Exception: what the function raised, with the worker's traceback as a note.
+            WorkerError: the worker died before answering (it is restarted next call).
+        """
+        with self._lock:
+            proc = self._running()
+            try:
+                _write_frame(proc.stdin, (function, kwargs))
+                status, value = _read_frame(proc.stdout)
+            except (EOFError, BrokenPipeError, OSError) as e:
+                code = self._reap()
+                raise WorkerError(
+                    f"the measurement worker (pid {proc.pid}) exited with code {code} while "
+                    f"running {function}; its messages are in this job's log (stderr)"
+                ) from e
+        if status == "ok":
+            return value
+        raise value
+
+    def _running(self) -> subprocess.Popen[bytes]:
+        if self._proc is not None and self._proc.poll() is None:
+            return self._proc
+        self._reap()
+        env = dict(os.environ)
+        # Where this opcost came from, first: also when it is not installed (tests, -e).
+        source = str(Path(__file__).resolve().parents[1])
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [source, env.get("PYTHONPATH")]))
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "opcost.worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            close_fds=True,
+        )
+        return self._proc
+
+    def _reap(self, timeout_s: float = 10) -> int | None:
+        """Close the worker's pipes (it exits after its request) and wait; its exit code."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return None
+        for stream in (proc.stdin, proc.stdout):
+            with contextlib.suppress(OSError):
+                stream.close()
+        try:
+            return proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return proc.wait()
+
+    def close(self) -> None:
+        """Stop the worker: close its stdin, so it exits after the request it runs."""
+        with self._lock:
+            self._reap(timeout_s=30)
+
+
+_SHARED = Worker()
+atexit.register(_SHARED.close)
+
+
+def call(function: str, **kwargs: Any) -> Any:
+    """Run ``function(**kwargs)`` in this process's shared measurement worker."""
+    return _SHARED.call(function, **kwargs)
+
+
+def pid() -> int | None:
+    """The process id of this process's shared worker, None if none runs."""
+    return _SHARED.pid
+
+
+def ping() -> int:
+    """The process id of the process that runs it: in the worker, the worker's."""
+    return os.getpid()
+
+
+def _watch_parent(parent: int) -> None:
+    """End the worker if its parent dies (SIGKILL, a crash): SIGTERM unwinds a job."""
+    import signal
+
+    while True:
+        time.sleep(PARENT_CHECK_S)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+
+
+def _answer(function: str, kwargs: dict[str, Any]) -> tuple[str, Any]:
+    from opcost import gpu_setting
+
+    try:
+        with gpu_setting.sigterm_unwinds():
+            return "ok", _resolve(function)(**kwargs)
+    except Exception as e:
+        e.add_note(f"(in the measurement worker, pid {os.getpid()})\n{traceback.format_exc()}")
+        try:
+            pickle.dumps(e)
+        except Exception:
+            return "error", RemoteError(f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
+        return "error", e
+
+
+def main() -> None:
+    """The worker's loop: read a request, run it, answer; until stdin closes."""
+    requests = sys.stdin.buffer
+    answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
+    while True:
+        try:
+            function, kwargs = _read_frame(requests)
+        except EOFError:
+            return
+        _write_frame(answers, _answer(function, kwargs))
+
+
+if __name__ == "__main__":
+    main()
