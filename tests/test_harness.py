@@ -76,15 +76,69 @@ def test_measure_runs_at_least_the_minimum_time(mode):
 def test_training_runs_backward_and_keeps_parameter_gradients():
     o = opts("training", block_size=3)
     w = harness.prepare_op(CONV_SPEC, o)
-    rebuilt, inputs = w.keep
+    rebuilt, _, input_sets = w.keep
     t = harness.measure(w, o)
     for r in rebuilt:
         assert r.module.training
         assert r.module.weight.grad is not None
         assert r.module.weight.grad.abs().sum() > 0
-    # The input gradient is reset every iteration, not accumulated.
-    assert inputs[0].grad is None
+    # Input gradients are reset every iteration, not accumulated.
+    assert all(s[0].grad is None for s in input_sets)
     assert t.backward
+
+
+def test_training_chains_calls_into_one_backward_pass():
+    # A parameter-free op: one instance, a chain of TRAINING_CHAIN_CALLS calls, each on
+    # an input of its own; one backward pass (one engine run) per chain.
+    o = opts("training")
+    w = harness.prepare_op(RELU_INPLACE_SPEC, o)
+    rebuilt, _, input_sets = w.keep
+    chain = harness.TRAINING_CHAIN_CALLS
+    assert len(rebuilt) == 1
+    assert len(input_sets) == chain
+    assert len({id(s[0]) for s in input_sets}) == chain
+    backward_runs, forward_calls = [0], [0]
+    rebuilt[0].module.register_forward_hook(
+        lambda *a: forward_calls.__setitem__(0, forward_calls[0] + 1)
+    )
+    # A hook on the output's gradient function would run once per call; count engine
+    # runs by a tensor hook on the first input of every chain position instead.
+    for s in input_sets:
+        s[0].register_hook(lambda g: backward_runs.__setitem__(0, backward_runs[0] + 1))
+    t = harness.measure(w, o)
+    assert t.calls_per_backward == chain
+    assert t.number_per_run % chain == 0
+    assert forward_calls[0] == t.iterations + t.warmup_iterations
+    # Every call's input got its gradient, and every chain ran one backward pass.
+    assert backward_runs[0] == forward_calls[0]
+    assert all(s[0].grad is None for s in input_sets)
+
+
+def test_training_chain_gives_each_call_its_own_instance():
+    # A module with parameters: the block has at least a chain's instances, and each
+    # instance's weight gradient is its own calls' sum, never two calls of one chain.
+    o = opts("training", max_block_size=64)
+    w = harness.prepare_op(CONV_SPEC, o)
+    rebuilt = w.keep[0]
+    assert len(rebuilt) >= harness.TRAINING_CHAIN_CALLS
+    per_instance = [0] * len(rebuilt)
+    for i, r in enumerate(rebuilt):
+        r.module.register_forward_hook(
+            lambda *a, i=i: per_instance.__setitem__(i, per_instance[i] + 1)
+        )
+    t = harness.measure(w, o)
+    chain = t.calls_per_backward
+    assert chain == harness.TRAINING_CHAIN_CALLS
+    assert sum(per_instance) == t.iterations + t.warmup_iterations
+    # Cycling chain by chain through the block: counts differ by at most one.
+    assert max(per_instance) - min(per_instance) <= 1
+
+
+def test_training_chain_is_no_longer_than_the_block():
+    o = opts("training", block_size=3)
+    t = harness.measure(harness.prepare_op(CONV_SPEC, o), o)
+    assert t.calls_per_backward == 3
+    assert t.number_per_run % 3 == 0
 
 
 def test_inference_runs_in_eval_mode_without_gradients():
@@ -169,6 +223,7 @@ DOCUMENTED_KEYS = {
     "warmup_iterations",
     "min_run_time_s",
     "number_per_run",
+    "calls_per_backward",
     "block_times_s",
     "iterations",
     "total_time_s",

@@ -324,5 +324,6 @@ def _timing_fields(t: harness.Timing) -> dict[str, Any]:
         "energy_counter_end_mj": t.energy_counter_end_mj,
         "peak_memory_bytes": t.peak_memory_bytes,
         "backward": t.backward,
+        "calls_per_backward": t.calls_per_backward,
         "inplace_substituted": t.inplace_substituted,
     }
