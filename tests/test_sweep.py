@@ -10,6 +10,7 @@ import json
 import math
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import numpy as np
 import pytest
 import yaml
 
-from opcost import nvsmi
+from opcost import device_lock, nvsmi
 from opcost.config import ConfigError, load_study_file
 from opcost.harness import HarnessOptions, Workload
 from opcost.sweep import (
@@ -214,6 +215,29 @@ def test_proportionality_sweep_on_the_cpu(tmp_path):
         assert m["total_time_s"] == pytest.approx(math.fsum(m["block_times_s"]))
     with pytest.raises(SweepError, match="power_trace"):
         read_record(path, "power_trace")
+
+
+@pytest.mark.parametrize("sweep", ["proportionality", "power_trace"])
+def test_a_sweep_waits_for_its_device(tmp_path, monkeypatch, sweep):
+    # A profiling job (here: a thread holding the lock) has the device: the sweep waits.
+    monkeypatch.setenv("OPCOST_LOCK_DIR", str(tmp_path / "locks"))
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with device_lock.exclusive("cpu"):
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(10)
+    threading.Timer(1.0, release.set).start()
+    if sweep == "proportionality":
+        record = run_proportionality(CPU, PROFILE, TINY, tmp_path / "p.json")
+    else:
+        record = run_power_trace(CPU, PROFILE, TINY, tmp_path / "t.csv", tmp_path / "t.json")
+    holder.join()
+    assert record["device_lock_wait_s"] >= 0.9
 
 
 def test_power_trace_on_the_cpu_is_time_only(tmp_path):

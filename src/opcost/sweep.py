@@ -42,7 +42,8 @@ On the CPU both runs measure time only; the power trace's CSV is then the profil
 Files (``results/sweep/{gpu}/``):
 
 - ``proportionality.json``: ``schema_version``, ``kind`` (``proportionality``), the GPU
-  configuration, device, op (``op_id``, ``op_type``, ``spec``), ``mode``, provenance, and
+  configuration, device, op (``op_id``, ``op_type``, ``spec``), ``mode``, provenance,
+  ``device_lock_wait_s`` (a sweep holds its device's lock, as a profiling job does), and
   ``measurements``: one object per measurement with ``repeat``, ``min_run_time_s``
   (requested), ``iterations``, ``number_per_run``, ``block_times_s``, ``total_time_s``,
   ``warmup_iterations``, ``timed_start_unix_s``, ``timed_end_unix_s``.
@@ -70,7 +71,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from opcost import harness, profile
+from opcost import device_lock, harness, profile
 from opcost.config import ConfigError, GpuConfig, Study
 from opcost.names import ModelInput, parse_setting
 from opcost.powerlog import read_power_log
@@ -390,6 +391,13 @@ def _prepare(
     return record, workload, opts
 
 
+def _device_to_itself(gpu: GpuConfig, cfg: SweepConfig) -> Any:
+    """The device's lock (``opcost.device_lock``), as a profiling job holds it: a sweep
+    measures alone on its GPU, also next to a profiling run of the same study."""
+    device = profile.resolve_device(gpu.device)
+    return device_lock.exclusive(profile._device_key(device))
+
+
 def run_proportionality(
     gpu: GpuConfig, profile_config: Mapping[str, Any], cfg: SweepConfig, json_path: str | Path
 ) -> dict[str, Any]:
@@ -401,9 +409,13 @@ def run_proportionality(
         cfg: the sweep.
         json_path: the record to write (atomically).
     """
-    record, workload, opts = _prepare("proportionality", gpu, profile_config, cfg)
-    record["measurements"] = proportionality_sweep(workload, opts, cfg.run_times_s(), cfg.repeats)
-    record["finished_unix_s"] = time.time()
+    with _device_to_itself(gpu, cfg) as lock_wait_s:
+        record, workload, opts = _prepare("proportionality", gpu, profile_config, cfg)
+        record["device_lock_wait_s"] = round(lock_wait_s, 3)
+        record["measurements"] = proportionality_sweep(
+            workload, opts, cfg.run_times_s(), cfg.repeats
+        )
+        record["finished_unix_s"] = time.time()
     profile.write_atomic(Path(json_path), json.dumps(record, indent=1, sort_keys=True) + "\n")
     return record
 
@@ -429,13 +441,15 @@ def run_power_trace(
             the energy counter); default :func:`opcost.profile._power_log`. Tests pass one
             that runs the fake ``nvidia-smi``.
     """
-    record, workload, opts = _prepare("power_trace", gpu, profile_config, cfg)
     power_log = power_log or profile._power_log
-    with power_log(
-        Path(csv_path), opts.device, parse_setting("default"), dict(profile_config), record
-    ):
-        record["events"] = power_trace_schedule(workload, opts, cfg)
-    record["finished_unix_s"] = time.time()
+    with _device_to_itself(gpu, cfg) as lock_wait_s:
+        record, workload, opts = _prepare("power_trace", gpu, profile_config, cfg)
+        record["device_lock_wait_s"] = round(lock_wait_s, 3)
+        with power_log(
+            Path(csv_path), opts.device, parse_setting("default"), dict(profile_config), record
+        ):
+            record["events"] = power_trace_schedule(workload, opts, cfg)
+        record["finished_unix_s"] = time.time()
     profile.write_atomic(Path(json_path), json.dumps(record, indent=1, sort_keys=True) + "\n")
     return record
 
