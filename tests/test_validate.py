@@ -15,6 +15,7 @@ import pytest
 
 from opcost.validate import (
     ValidationError,
+    configuration_choice,
     dataset_validation,
     error_summary,
     prediction_metrics,
@@ -320,3 +321,62 @@ def test_resnet18_recheck_on_the_h100_sums_within_five_percent(repo):
     assert recorded.loc["all", "energy_rel_diff_pct"] == pytest.approx(100 * energy_diff, abs=1e-3)
     assert abs(time_diff) < 0.05
     assert abs(energy_diff) < 0.05
+
+
+def test_configuration_choice_names_the_measured_and_predicted_best():
+    nan = float("nan")
+    rows = [
+        # resnet inference: h200 fastest measured and predicted; energy: measured h100,
+        # predicted h200 (disagree).
+        ("h100", "default", "resnet", "inference", 2.0, 10.0, 2.1, 12.0),
+        ("h200", "default", "resnet", "inference", 1.5, 11.0, 1.6, 11.5),
+        # vit training: three candidates, the predictions agree on both.
+        ("h100", "default", "vit", "training", 3.0, 30.0, 3.3, 31.0),
+        ("h100", "sm1200", "vit", "training", 4.0, 25.0, 4.2, 26.0),
+        ("h200", "default", "vit", "training", 3.5, 33.0, 3.4, 35.0),
+        # alexnet: one candidate only, no choice to make.
+        ("h100", "default", "alexnet", "inference", 1.0, 5.0, 1.0, 5.0),
+        # squeezenet: energy unknown on the h200 (time-only): a time choice only.
+        ("h100", "default", "squeezenet", "inference", 1.0, 5.0, 1.2, 5.0),
+        ("h200", "default", "squeezenet", "inference", 0.9, nan, 1.1, nan),
+    ]
+    table = pd.DataFrame(
+        rows,
+        columns=[
+            "gpu",
+            "setting",
+            "model_input",
+            "mode",
+            "time_s",
+            "energy_j",
+            "time_pred_s",
+            "energy_pred_j",
+        ],
+    )
+    choice = configuration_choice(table).set_index(["model_input", "mode"])
+    assert set(choice.index) == {
+        ("resnet", "inference"),
+        ("vit", "training"),
+        ("squeezenet", "inference"),
+    }
+    r = choice.loc[("resnet", "inference")]
+    assert (r.measured_fastest, r.predicted_fastest, r.fastest_agrees) == (
+        "h200/default",
+        "h200/default",
+        True,
+    )
+    assert (r.measured_least_energy, r.predicted_least_energy, r.least_energy_agrees) == (
+        "h100/default",
+        "h200/default",
+        False,
+    )
+    v = choice.loc[("vit", "training")]
+    assert v.candidates == 3
+    assert v.measured_fastest == "h100/default"
+    assert v.fastest_agrees
+    assert v.measured_least_energy == "h100/sm1200"
+    assert v.least_energy_agrees
+    s = choice.loc[("squeezenet", "inference")]
+    assert s.measured_fastest == "h200/default"
+    assert s.fastest_agrees
+    assert s.least_energy_agrees is None

@@ -554,3 +554,50 @@ def validation_summary(table: pd.DataFrame) -> pd.DataFrame:
     numeric = out.select_dtypes("float").columns
     out[numeric] = out[numeric].apply(lambda c: c.map(lambda v: float(f"{v:.4g}")))
     return out
+
+
+#: What :func:`configuration_choice` compares: (measured column, predicted column, name).
+CHOICE_QUANTITIES = (
+    ("time_s", "time_pred_s", "fastest"),
+    ("energy_j", "energy_pred_j", "least_energy"),
+)
+
+
+def configuration_choice(networks: pd.DataFrame) -> pd.DataFrame:
+    """Which GPU configuration (and setting) runs each network fastest, and with least energy.
+
+    Args:
+        networks: :func:`prediction_networks`' table (leave-one-network-out predictions
+            of every GPU configuration: each network predicted by a model that never saw
+            its operations).
+
+    Returns:
+        One row per (model_input, mode) measured on at least two candidates (a candidate
+        is a ``gpu``/``setting`` pair with a measured and a predicted value): ``candidates``,
+        and for ``fastest`` and ``least_energy`` the candidate the measurements name
+        (``measured_fastest``, as ``gpu/setting``), the one the predictions name
+        (``predicted_fastest``) and whether they agree (``fastest_agrees``). Ties go to the
+        first candidate in ``gpu``, ``setting`` order.
+    """
+    rows = []
+    table = networks.sort_values(["gpu", "setting"])
+    for (model_input, mode), part in table.groupby(["model_input", "mode"], sort=True):
+        row: dict = {"model_input": model_input, "mode": mode}
+        for measured, predicted, name in CHOICE_QUANTITIES:
+            known = part.dropna(subset=[measured, predicted])
+            label = known["gpu"] + "/" + known["setting"]
+            if len(known) < 2:
+                row.update({f"measured_{name}": None, f"predicted_{name}": None})
+                row[f"{name}_agrees"] = None
+                continue
+            row[f"measured_{name}"] = label.loc[known[measured].idxmin()]
+            row[f"predicted_{name}"] = label.loc[known[predicted].idxmin()]
+            row[f"{name}_agrees"] = row[f"measured_{name}"] == row[f"predicted_{name}"]
+        row["candidates"] = int(part.dropna(subset=["time_s", "time_pred_s"]).shape[0])
+        if row["fastest_agrees"] is not None or row["least_energy_agrees"] is not None:
+            rows.append(row)
+    columns = ["model_input", "mode", "candidates"] + [
+        f"{kind}_{name}" for _, _, name in CHOICE_QUANTITIES for kind in ("measured", "predicted")
+    ]
+    columns += [f"{name}_agrees" for _, _, name in CHOICE_QUANTITIES]
+    return pd.DataFrame(rows, columns=columns)
