@@ -7,9 +7,10 @@
 # On a cluster, profiles/slurm batches these jobs: its `groups` and `group-components`
 # make one SLURM job of up to 50 of them, per GPU configuration. Inside that SLURM job one
 # Snakemake process runs the batch (mode "remote"); the rules are local *there*, so it runs
-# them in its own threads, importing torch and starting CUDA once per batch, instead of
-# starting `srun ... snakemake` per job (7-10 s each). The submitting process never sees
-# them as local, so they still go to SLURM. docs/slurm.md, "Batching".
+# them itself, measuring in its one measurement worker (opcost.worker) and so importing
+# torch and starting CUDA once per batch, instead of starting `srun ... snakemake` per job
+# (7-10 s each). The submitting process never sees them as local, so they still go to
+# SLURM. docs/slurm.md, "Batching".
 if workflow.remote_exec:
     workflow.localrules("profile_op", "profile_network")
 
