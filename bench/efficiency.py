@@ -9,7 +9,9 @@ limit), and the median per-job overhead in seconds (job wall time minus its time
 The wall time runs from the first job's start to the last job's end, less any pause
 between two jobs longer than ``--max-gap-s`` (default 30 s): a study profiled in several
 runs (stopped and resumed, as on a GPU host lent 10 minutes at a time) is timed by its
-runs, not by the hours between them. The pauses left out are printed.
+runs, not by the hours between them. The pauses left out are printed, and each run's
+own figures (a run whose measurements were partly deleted and remeasured later shows
+low: its wall time still holds the deleted jobs).
 """
 
 import argparse
@@ -41,3 +43,23 @@ print(f" (less {len(pauses)} pauses between runs, {sum(pauses):.0f} s)" if pause
 print(f"efficiency             {timed_s / wall_s:8.3f}")
 print(f"median overhead in job {statistics.median(in_job):8.3f} s (warm-up, block, logger)")
 print(f"median gap between jobs{statistics.median(between):8.3f} s (Snakemake scheduling)")
+if pauses:
+    print("per run (split at the pauses):")
+    runs, current = [], [0]
+    for i, gap in enumerate(between, start=1):
+        if gap > args.max_gap_s:
+            runs.append(current)
+            current = []
+        current.append(i)
+    runs.append(current)
+    ordered = sorted(records, key=lambda r: r["started_unix_s"])
+    for n, members in enumerate(runs, start=1):
+        run = [ordered[i] for i in members]
+        run_wall = max(r["finished_unix_s"] for r in run) - min(r["started_unix_s"] for r in run)
+        run_timed = sum(
+            r["timed_end_unix_s"] - r["timed_start_unix_s"] for r in run if r["status"] == "ok"
+        )
+        print(
+            f"  run {n}: {len(run):5d} jobs, timed {run_timed:7.1f} s, wall {run_wall:7.1f} s, "
+            f"efficiency {run_timed / run_wall:.3f}"
+        )
