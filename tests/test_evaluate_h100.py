@@ -140,3 +140,49 @@ def test_whole_job_log_spans_the_measurement():
     assert stamps[0] <= record["timed_start_unix_s"] + 0.05
     assert stamps[-1] >= record["timed_end_unix_s"] - 0.05
     assert record["started_unix_s"] <= stamps[0] <= stamps[-1] <= record["finished_unix_s"]
+
+
+@pytest.fixture(scope="module")
+def hopper_subset(tmp_path_factory):
+    """The raw logs of tests/data/hopper_subset (H100 and H200), unpacked."""
+    import tarfile
+
+    root = tmp_path_factory.mktemp("hopper_subset")
+    for gpu in ("h100", "h200"):
+        with tarfile.open(f"tests/data/hopper_subset/{gpu}/raw_and_logs.tar.gz") as tar:
+            tar.extractall(root / gpu, filter="data")
+    return root
+
+
+@pytest.mark.parametrize("gpu", ["h100", "h200"])
+def test_worker_measurements_match_hand_computation_and_the_committed_dataset(hopper_subset, gpu):
+    from pathlib import Path
+
+    raw = hopper_subset / gpu / "results" / "raw" / gpu / "default"
+    chained = [
+        p
+        for p in sorted((raw / "training" / "ops").glob("*.json"))
+        if json.loads(p.read_text()).get("calls_per_backward") == 16
+    ]
+    assert chained, "the training ops were measured in chains"
+    prefixes = [
+        str(chained[0])[: -len(".json")],
+        str(raw / "inference" / "networks" / "resnet18_1x3x224x224"),
+        str(raw / "training" / "networks" / "resnet18_8x3x224x224"),
+    ]
+    for prefix in prefixes:
+        row = evaluate_measurement(f"{prefix}.json", f"{prefix}.csv")
+        for key, value in by_hand(prefix).items():
+            assert row[key] == pytest.approx(value, rel=1e-9), (prefix, key)
+    record = json.loads(chained[0].read_text())
+    assert record["number_per_run"] % record["calls_per_backward"] == 0
+    jsons = sorted(Path(raw).rglob("*.json"))
+    dataset, failed = evaluate_files(jsons, gpu)
+    assert failed.empty
+    committed = pd.read_parquet(f"tests/data/hopper_subset/{gpu}/dataset/{gpu}.parquet")
+    merged = dataset.merge(
+        committed, on=["mode", "kind", "op_id", "model_input"], suffixes=("", "_committed")
+    )
+    assert len(merged) == len(committed) == len(jsons)
+    for col in ("time_s", "power_w", "energy_j", "energy_nvml_j"):
+        np.testing.assert_allclose(merged[col], merged[f"{col}_committed"], rtol=1e-12)
