@@ -9,7 +9,11 @@ For each committed study (tests/data/<name>: dataset, op tables) it prints:
 - leave-one-network-out (LONO) mean absolute percentage error of whole-network time and
   energy per mode, from training the study's predictor afresh (``opcost.train``, the
   defaults of ``config/config.yaml`` unless the study has its own config), which takes a
-  minute or two per study on 2 cores.
+  minute or two per study on 2 cores;
+- choice: for studies measured on two GPU configurations, per network and mode, whether
+  the LONO predictions name the configuration the measurements show fastest, and the one
+  using least energy (``opcost.validate.configuration_choice``), and the share of cases
+  where they agree.
 
 The README's accuracy table is what this prints (with GPU and date from each study's
 README).
@@ -25,7 +29,12 @@ import pandas as pd
 import yaml
 
 from opcost.train import TrainConfig, TrainOutputs, train_gpu
-from opcost.validate import dataset_validation, read_network_ops
+from opcost.validate import (
+    configuration_choice,
+    dataset_validation,
+    prediction_networks,
+    read_network_ops,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 STUDIES = {
@@ -33,6 +42,24 @@ STUDIES = {
     "h100 sample (4x3x64x64)": ("tests/data/h100", "h100", "config/h100-sample.yaml"),
     "h200 sample (4x3x64x64)": ("tests/data/h200", "h200", "config/h200-sample.yaml"),
     "h100 hopper (8 families x 2)": ("tests/data/hopper/h100", "h100", "config/hopper.yaml"),
+    "h100 hopper subset (3 families x 2)": (
+        "tests/data/hopper_subset/h100",
+        "h100",
+        "config/hopper.yaml",
+    ),
+    "h200 hopper subset (2 families x 2)": (
+        "tests/data/hopper_subset/h200",
+        "h200",
+        "config/hopper.yaml",
+    ),
+}
+#: Studies of one set of networks on two GPU configurations: the choice between them.
+CHOICES = {
+    "sample 4x3x64x64, h100 vs h200": ("h100 sample (4x3x64x64)", "h200 sample (4x3x64x64)"),
+    "hopper subset, h100 vs h200": (
+        "h100 hopper subset (3 families x 2)",
+        "h200 hopper subset (2 families x 2)",
+    ),
 }
 
 
@@ -59,16 +86,19 @@ def validation_summary(directory: Path, gpu: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def lono_summary(directory: Path, gpu: str, config: Path) -> pd.DataFrame:
+def lono_summary(directory: Path, gpu: str, config: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The LONO table per mode, and the per-network LONO predictions."""
     cfg = TrainConfig.from_config(yaml.safe_load(config.read_text()).get("train") or {})
     with tempfile.TemporaryDirectory() as tmp:
+        outputs = TrainOutputs.under(tmp)
         metrics = train_gpu(
             directory / "dataset" / f"{gpu}.parquet",
             _op_tables(directory),
-            TrainOutputs.under(tmp),
+            outputs,
             cfg,
             gpu,
         )
+        networks = pd.read_parquet(outputs.networks)
     rows = []
     for mode, scores in metrics["lono"]["network"].items():
         if mode == "all":
@@ -81,20 +111,37 @@ def lono_summary(directory: Path, gpu: str, config: Path) -> pd.DataFrame:
                 "LONO energy MAPE %": round(scores["energy_mape_pct"], 1),
             }
         )
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows), networks
+
+
+def choice_summary(networks: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Per network and mode, the configurations measured and predicted best."""
+    choice = configuration_choice(prediction_networks(networks))
+    return choice.drop(columns="candidates")
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-lono", action="store_true", help="validation only (fast)")
     args = parser.parse_args(argv)
+    lono_networks: dict[str, pd.DataFrame] = {}
     for name, (directory, gpu, config) in STUDIES.items():
         directory = REPO / directory
         table = validation_summary(directory, gpu)
         if not args.skip_lono:
-            table = table.merge(lono_summary(directory, gpu, REPO / config), on="mode")
+            lono, lono_networks[name] = lono_summary(directory, gpu, REPO / config)
+            table = table.merge(lono, on="mode")
         print(f"\n{name}: {directory.relative_to(REPO)}")
         print(table.to_string(index=False))
+    if args.skip_lono:
+        return
+    for name, studies in CHOICES.items():
+        choice = choice_summary({STUDIES[s][1]: lono_networks[s] for s in studies})
+        print(f"\nchoice, {name}: {len(choice)} network-mode cases")
+        print(choice.to_string(index=False))
+        for what in ("fastest", "least_energy"):
+            agrees = choice[f"{what}_agrees"].dropna()
+            print(f"{what}: predicted = measured in {int(agrees.sum())} of {len(agrees)}")
 
 
 if __name__ == "__main__":
