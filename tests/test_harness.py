@@ -134,6 +134,18 @@ def test_training_chain_gives_each_call_its_own_instance():
     assert max(per_instance) - min(per_instance) <= 1
 
 
+def test_training_chain_holds_no_more_inputs_than_allowed(monkeypatch):
+    # RELU_INPLACE_SPEC's input: 2 x 8 float32 = 64 bytes; room for 4 of them.
+    monkeypatch.setattr(harness, "CHAIN_INPUT_BYTES", 4 * 64 + 10)
+    o = opts("training")
+    w = harness.prepare_op(RELU_INPLACE_SPEC, o)
+    assert len(w.keep[2]) == 4
+    assert harness.measure(w, o).calls_per_backward == 4
+    # An input larger than the whole allowance still gets a chain of one.
+    monkeypatch.setattr(harness, "CHAIN_INPUT_BYTES", 10)
+    assert harness.measure(harness.prepare_op(RELU_INPLACE_SPEC, o), o).calls_per_backward == 1
+
+
 def test_training_chain_is_no_longer_than_the_block():
     o = opts("training", block_size=3)
     t = harness.measure(harness.prepare_op(CONV_SPEC, o), o)

@@ -16,7 +16,9 @@ Algorithm (thesis 3.2):
    an input of its own and an instance of its own, as a network's backward pass covers
    all its operations: a backward pass per call would charge every call the autograd
    engine's start (on an H100, about 0.1 ms per call, so that training sums of small
-   networks came out 20 to 94 % above the measured network). Times are per call.
+   networks came out 20 to 94 % above the measured network). Times are per call. The
+   chain is shorter where its inputs would exceed ``CHAIN_INPUT_BYTES`` or its instances'
+   parameters ``CHAIN_PARAM_BYTES``: such calls run long enough for the start not to count.
 3. Warm-up for ``warmup_s`` (at least 3 iterations). The warm-up gives the time per
    iteration, which sets ``number_per_run`` so that one timed block lasts about
    ``min_run_time_s / 20``.
@@ -56,6 +58,10 @@ MIN_WARMUP_ITERATIONS = 3
 TRAINING_CHAIN_CALLS = 16
 #: Parameters a training block may hold to give each call of a chain its own instance.
 CHAIN_PARAM_BYTES = 2**30
+#: Inputs a training chain may hold (one set per call). A chain matters for short,
+#: launch-bound calls, whose inputs are small; an op with large inputs runs long enough
+#: for the engine's start not to count, and gets a shorter chain (at least 1).
+CHAIN_INPUT_BYTES = 2**30
 
 
 class OpCannotRun(RuntimeError):
@@ -217,7 +223,13 @@ def prepare_op(spec: dict[str, Any], opts: HarnessOptions) -> Workload:
     except specs.SpecError as e:
         raise OpCannotRun(f"cannot rebuild {spec['type']}: {e}") from e
     rebuilt = [first]
-    chain = TRAINING_CHAIN_CALLS if training else 1
+    chain = 1
+    if training:
+        input_bytes = sum(
+            math.prod(i["shape"]) * specs.dtype_from_name(i["dtype"]).itemsize
+            for i in spec["inputs"]
+        )
+        chain = max(1, min(TRAINING_CHAIN_CALLS, CHAIN_INPUT_BYTES // max(input_bytes, 1)))
     if first.module is not None:
         first.module.to(device=device, dtype=dtype)
         param_bytes = sum(p.numel() * p.element_size() for p in first.module.parameters())
