@@ -186,7 +186,7 @@ def _answer(function: str, kwargs: dict[str, Any]) -> tuple[str, Any]:
     except Exception as e:
         e.add_note(f"(in the measurement worker, pid {os.getpid()})\n{traceback.format_exc()}")
         try:
-            pickle.dumps(e)
+            pickle.loads(pickle.dumps(e))  # must also rebuild on the other side
         except Exception:
             return "error", RemoteError(f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
         return "error", e
