@@ -104,7 +104,8 @@ class Worker:
                 code = self._reap()
                 raise WorkerError(
                     f"the measurement worker (pid {proc.pid}) exited with code {code} while "
-                    f"running {function}; its messages are in this job's log (stderr)"
+                    f"running {function}; its own messages went to this Snakemake process's "
+                    f"stderr (the console, or the SLURM job's output file)"
                 ) from e
         if status == "ok":
             return value
