@@ -272,6 +272,36 @@ GUARDS: tuple[Guard, ...] = (
         "profile_job: write the CSV under its final name",
     ),
     Guard(
+        "profile-cpu-temporary-removed",
+        "faults",
+        "src/opcost/profile.py",
+        "            yield lambda: None\n        except BaseException:\n"
+        "            tmp_csv.unlink(missing_ok=True)\n",
+        "            yield lambda: None\n        except BaseException:\n",
+        "tests/test_worker.py::test_a_worker_killed_mid_job_fails_the_job_and_leaves_no_output"
+        "[15-143]",
+        "profile._power_log (time only): a job cut off keeps its temporary file",
+    ),
+    Guard(
+        "worker-sigterm-unwinds",
+        "faults",
+        "src/opcost/worker.py",
+        "        with gpu_setting.sigterm_unwinds():\n",
+        "        if True:\n",
+        "tests/test_worker.py::test_a_worker_killed_mid_job_fails_the_job_and_leaves_no_output"
+        "[15-143]",
+        "worker: SIGTERM ends the worker at once, without unwinding the job",
+    ),
+    Guard(
+        "worker-parent-watch",
+        "faults",
+        "src/opcost/worker.py",
+        "    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()\n",
+        "",
+        "tests/test_worker.py::test_the_worker_ends_when_its_parent_dies[mid-job]",
+        "worker: no watch on the parent, an orphan measures on",
+    ),
+    Guard(
         "evaluate-failure-table",
         "faults",
         "src/opcost/evaluate.py",

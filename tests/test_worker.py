@@ -140,22 +140,39 @@ def test_a_worker_killed_mid_job_fails_the_job_and_leaves_no_output(client, tmp_
     assert client.call("opcost.worker:ping") != pid
 
 
-def test_the_worker_ends_when_its_parent_dies(tmp_path):
-    # A parent that starts a worker, reports its pid, and is then killed outright.
+@pytest.mark.parametrize("busy", [False, True], ids=["idle", "mid-job"])
+def test_the_worker_ends_when_its_parent_dies(tmp_path, busy):
+    # A parent that starts a worker, reports its pid, and is then killed outright: while
+    # the worker waits for a request, or in the middle of a 60 s measurement.
     script = textwrap.dedent(
-        """
+        f"""
         import sys, time
         from opcost import worker
+        from opcost.config import GpuConfig
+        from opcost.names import parse_setting
         print(worker.call("opcost.worker:ping"), flush=True)
+        if {busy}:
+            worker.call(
+                "opcost.profile:profile_job", kind="op",
+                gpu=GpuConfig("cpu", "cpu", True, "float32", (), None, None),
+                setting=parse_setting("default"), mode="inference",
+                profile_config={{"min_run_time_s": 60.0, "warmup_s": 0.05}},
+                csv_path="{tmp_path}/op.csv", json_path="{tmp_path}/op.json",
+                spec={RELU_SPEC!r}, op_id="relu",
+            )
         time.sleep(600)
         """
     )
     parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
         child = int(parent.stdout.readline())
+        if busy:
+            wait_for(lambda: any(tmp_path.glob(".op.csv.tmp-*")))
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait()
-        wait_for(lambda: not _alive(child), timeout_s=30)
+        wait_for(lambda: not _alive(child), timeout_s=15)
+        # Mid-job, it unwound the job (SIGTERM to itself): nothing left behind.
+        assert list(tmp_path.iterdir()) == []
     finally:
         parent.kill()
         parent.wait()
