@@ -150,7 +150,9 @@ def hopper_subset(tmp_path_factory):
     root = tmp_path_factory.mktemp("hopper_subset")
     for gpu in ("h100", "h200"):
         with tarfile.open(f"tests/data/hopper_subset/{gpu}/raw_and_logs.tar.gz") as tar:
-            tar.extractall(root / gpu, filter="data")
+            # filter="data" where this Python has it (3.11.4 and later).
+            kwargs = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+            tar.extractall(root / gpu, **kwargs)
     return root
 
 
