@@ -272,15 +272,14 @@ GUARDS: tuple[Guard, ...] = (
         "profile_job: write the CSV under its final name",
     ),
     Guard(
-        "profile-cpu-temporary-removed",
+        "profile-temporary-removed",
         "faults",
         "src/opcost/profile.py",
-        "            yield lambda: None\n        except BaseException:\n"
-        "            tmp_csv.unlink(missing_ok=True)\n",
-        "            yield lambda: None\n        except BaseException:\n",
+        "        tmp_csv.unlink(missing_ok=True)\n        raise\n",
+        "        raise\n",
         "tests/test_worker.py::test_a_worker_killed_mid_job_fails_the_job_and_leaves_no_output"
         "[15-143]",
-        "profile._power_log (time only): a job cut off keeps its temporary file",
+        "profile._power_log: a job cut off keeps its temporary file",
     ),
     Guard(
         "worker-sigterm-unwinds",

@@ -120,17 +120,31 @@ def _power_log(
     change and restoration included (thesis 3.3: for investigating anomalies later).
     """
     tmp_csv = csv_path.with_name(f".{csv_path.name}.tmp-{os.getpid()}")
-    if device != "cuda":
-        record.update(power_available=False, power_fields=[])
-        tmp_csv.parent.mkdir(parents=True, exist_ok=True)
-        tmp_csv.write_text(f"# no power log: device is {device}, time only\n")
-        try:
+    try:
+        if device == "cuda":
+            with _gpu_power_log(tmp_csv, setting, profile_config, record, job_log_path) as read_mj:
+                yield read_mj
+        else:
+            record.update(power_available=False, power_fields=[])
+            tmp_csv.parent.mkdir(parents=True, exist_ok=True)
+            tmp_csv.write_text(f"# no power log: device is {device}, time only\n")
             yield lambda: None
-        except BaseException:
-            tmp_csv.unlink(missing_ok=True)
-            raise
-        os.replace(tmp_csv, csv_path)
-        return
+    except BaseException:
+        # A job cut off leaves no log under its final name.
+        tmp_csv.unlink(missing_ok=True)
+        raise
+    os.replace(tmp_csv, csv_path)
+
+
+@contextlib.contextmanager
+def _gpu_power_log(
+    tmp_csv: Path,
+    setting: Setting,
+    profile_config: dict[str, Any],
+    record: dict,
+    job_log_path: Path | None,
+) -> Iterator[Any]:
+    """:func:`_power_log` on a GPU: logging into ``tmp_csv``, yields the counter's reader."""
     from opcost import gpu_setting, nvml, nvsmi
 
     uuid = nvml.cuda_device_uuid(torch.cuda.current_device())
@@ -145,27 +159,20 @@ def _power_log(
         power_limit_default_w=info.power_default_limit_w,
     )
     command = tuple(profile_config.get("setting_command", ("opcost-gpu-setting",)))
-    try:
-        job_log = (
-            nvsmi.PowerLogger(
-                job_log_path, uuid, fields, record["power_interval_ms"], start_grace_s=0
-            )
-            if job_log_path is not None
-            else contextlib.nullcontext()
-        )
-        with (
-            nvml.EnergyCounter(uuid) as counter,
-            job_log,
-            gpu_setting.applied_setting(setting, uuid, command),
-            # No start-up grace: the warm-up covers nvidia-smi's start, and a logger that
-            # died is still caught when it is stopped (0.25 s per job saved).
-            nvsmi.PowerLogger(tmp_csv, uuid, fields, record["power_interval_ms"], start_grace_s=0),
-        ):
-            yield counter.read_mj
-    except BaseException:
-        tmp_csv.unlink(missing_ok=True)
-        raise
-    os.replace(tmp_csv, csv_path)
+    job_log = (
+        nvsmi.PowerLogger(job_log_path, uuid, fields, record["power_interval_ms"], start_grace_s=0)
+        if job_log_path is not None
+        else contextlib.nullcontext()
+    )
+    with (
+        nvml.EnergyCounter(uuid) as counter,
+        job_log,
+        gpu_setting.applied_setting(setting, uuid, command),
+        # No start-up grace: the warm-up covers nvidia-smi's start, and a logger that
+        # died is still caught when it is stopped (0.25 s per job saved).
+        nvsmi.PowerLogger(tmp_csv, uuid, fields, record["power_interval_ms"], start_grace_s=0),
+    ):
+        yield counter.read_mj
 
 
 def profile_job(
