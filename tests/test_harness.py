@@ -76,7 +76,7 @@ def test_measure_runs_at_least_the_minimum_time(mode):
 def test_training_runs_backward_and_keeps_parameter_gradients():
     o = opts("training", block_size=3)
     w = harness.prepare_op(CONV_SPEC, o)
-    rebuilt, _, input_sets = w.keep
+    rebuilt, input_sets = w.keep
     t = harness.measure(w, o)
     for r in rebuilt:
         assert r.module.training
@@ -92,7 +92,7 @@ def test_training_chains_calls_into_one_backward_pass():
     # an input of its own; one backward pass (one engine run) per chain.
     o = opts("training")
     w = harness.prepare_op(RELU_INPLACE_SPEC, o)
-    rebuilt, _, input_sets = w.keep
+    rebuilt, input_sets = w.keep
     chain = harness.TRAINING_CHAIN_CALLS
     assert len(rebuilt) == 1
     assert len(input_sets) == chain
@@ -139,7 +139,7 @@ def test_training_chain_holds_no_more_inputs_than_allowed(monkeypatch):
     monkeypatch.setattr(harness, "CHAIN_INPUT_BYTES", 4 * 64 + 10)
     o = opts("training")
     w = harness.prepare_op(RELU_INPLACE_SPEC, o)
-    assert len(w.keep[2]) == 4
+    assert len(w.keep[1]) == 4
     assert harness.measure(w, o).calls_per_backward == 4
     # An input larger than the whole allowance still gets a chain of one.
     monkeypatch.setattr(harness, "CHAIN_INPUT_BYTES", 10)

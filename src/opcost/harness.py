@@ -159,6 +159,21 @@ def _output_tensors(out: Any) -> list[torch.Tensor]:
     return []
 
 
+def _forward_step(
+    calls: list[Callable[[list[torch.Tensor]], Any]], inputs: list[torch.Tensor]
+) -> Callable[[], None]:
+    """One call per step on ``inputs``, cycling through ``calls``."""
+    counter = [0]
+    n = len(calls)
+
+    def step() -> None:
+        i = counter[0]
+        counter[0] = i + 1 if i + 1 < n else 0
+        calls[i](inputs)
+
+    return step
+
+
 def _make_step(
     calls: list[Callable[[list[torch.Tensor]], Any]],
     input_sets: list[list[torch.Tensor]],
@@ -171,30 +186,16 @@ def _make_step(
     backward pass over their outputs (or no backward, if no output needs a gradient: a
     chain of one call then).
     """
-    counter = [0]
-    n = len(calls)
     if not training:
-        inputs = input_sets[0]
-
-        def step() -> None:
-            i = counter[0]
-            counter[0] = i + 1 if i + 1 < n else 0
-            calls[i](inputs)
-
-        return step, False, 1
+        return _forward_step(calls, input_sets[0]), False, 1
     # One call to learn which outputs carry a gradient, and to shape the random gradients.
     outs = [t for t in _output_tensors(calls[0](input_sets[0])) if t.requires_grad]
     for t in input_sets[0]:
         t.grad = None
     if not outs:
-        inputs = input_sets[0]
-
-        def step_forward_only() -> None:
-            i = counter[0]
-            counter[0] = i + 1 if i + 1 < n else 0
-            calls[i](inputs)
-
-        return step_forward_only, False, 1
+        return _forward_step(calls, input_sets[0]), False, 1
+    counter = [0]
+    n = len(calls)
     chain = len(input_sets)
     grads = [torch.randn_like(t) for t in outs] * chain
     leaves = [t for inputs in input_sets for t in inputs if t.requires_grad]
@@ -262,7 +263,7 @@ def prepare_op(spec: dict[str, Any], opts: HarnessOptions) -> Workload:
         backward,
         inplace_sub,
         context,
-        keep=[rebuilt, input_sets[0], input_sets],
+        keep=[rebuilt, input_sets],
         calls_per_step=calls_per_step,
     )
 
