@@ -106,7 +106,7 @@ from test_evaluate import (
 from test_harness import CONV_SPEC, _job
 from test_nvsmi import TRACE_FIELDS, UUID, rows
 from test_powerlog import HEADER, T0, clean_line, stamp, write
-from test_workflow import snakemake
+from test_workflow import snakemake, snakemake_argv, snakemake_env
 
 from opcost import harness
 from opcost.evaluate import evaluate_gpu, evaluate_measurement
@@ -637,16 +637,7 @@ OOM_TARGETS = ("results/dataset/cpu.parquet", "results/dataset/cpu.failed.parque
 
 def snakemake_with(repo: Path, workdir: Path, extra_path: Path, *args: str, timeout: int = 600):
     """Snakemake on the repository's Snakefile, with ``extra_path`` importable."""
-    path = [str(extra_path), str(repo / "tests"), str(repo / "src")]
-    return subprocess.run(
-        [sys.executable, "-m", "snakemake", "-s", str(repo / "Snakefile")]
-        + ["--directory", str(workdir), *args],
-        capture_output=True,
-        text=True,
-        cwd=repo,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(path)},
-        timeout=timeout,
-    )
+    return snakemake(repo, workdir, *args, timeout=timeout, extra_paths=(extra_path,))
 
 
 @pytest.fixture(scope="module")
@@ -765,22 +756,10 @@ def test_profiling_jobs_never_overlap_without_resources_flag(repo, tmp_path):
 
 def test_run_killed_mid_profiling_resumes_and_completes(repo, tmp_path):
     config = ["--configfile", str(repo / "tests/data/configs/tiny.yaml")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo / "tests"), str(repo / "src")])}
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "-s",
-            str(repo / "Snakefile"),
-            "--directory",
-            str(tmp_path),
-            "--cores",
-            "2",
-            *config,
-        ],
+        snakemake_argv(repo, tmp_path, "--cores", "2", *config),
         cwd=repo,
-        env=env,
+        env=snakemake_env(repo),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

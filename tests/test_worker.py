@@ -17,20 +17,13 @@ import time
 from pathlib import Path
 
 import pytest
+from test_harness import CONV_SPEC
 
 from opcost import worker
 from opcost.config import GpuConfig
 from opcost.names import Setting, parse_setting
 
 CPU = GpuConfig("cpu", "cpu", True, "float32", (parse_setting("default"),), None, None)
-RELU_SPEC = {
-    "kind": "module",
-    "type": "torch.nn.ReLU",
-    "attrs": {"inplace": False},
-    "args": [{"__tensor__": 0}],
-    "kwargs": {},
-    "inputs": [{"shape": [64, 64], "dtype": "float32"}],
-}
 
 
 @pytest.fixture
@@ -49,8 +42,8 @@ def profile_kwargs(tmp_path: Path, min_run_time_s: float) -> dict:
         profile_config={"min_run_time_s": min_run_time_s, "warmup_s": 0.05},
         csv_path=str(tmp_path / "op.csv"),
         json_path=str(tmp_path / "op.json"),
-        spec=RELU_SPEC,
-        op_id="relu",
+        spec=CONV_SPEC,
+        op_id="conv",
     )
 
 
@@ -158,7 +151,7 @@ def test_the_worker_ends_when_its_parent_dies(tmp_path, busy):
                 setting=parse_setting("default"), mode="inference",
                 profile_config={{"min_run_time_s": 60.0, "warmup_s": 0.05}},
                 csv_path="{tmp_path}/op.csv", json_path="{tmp_path}/op.json",
-                spec={RELU_SPEC!r}, op_id="relu",
+                spec={CONV_SPEC!r}, op_id="conv",
             )
         time.sleep(600)
         """

@@ -13,23 +13,28 @@ import pandas as pd
 import pytest
 
 
-def snakemake(repo, workdir, *args, timeout=900):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo / "tests"), str(repo / "src")])}
+def snakemake_argv(repo, workdir, *args):
+    """The command that runs the repository's workflow in ``workdir``."""
+    return [sys.executable, "-m", "snakemake", "-s", str(repo / "Snakefile")] + [
+        "--directory",
+        str(workdir),
+        *args,
+    ]
+
+
+def snakemake_env(repo, *extra_paths):
+    """The environment it runs in: ``extra_paths``, then the tests and opcost importable."""
+    path = [*map(str, extra_paths), str(repo / "tests"), str(repo / "src")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+
+
+def snakemake(repo, workdir, *args, timeout=900, extra_paths=()):
     return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "-s",
-            str(repo / "Snakefile"),
-            "--directory",
-            str(workdir),
-            *args,
-        ],
+        snakemake_argv(repo, workdir, *args),
         capture_output=True,
         text=True,
         cwd=repo,
-        env=env,
+        env=snakemake_env(repo, *extra_paths),
         timeout=timeout,
     )
 
