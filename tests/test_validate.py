@@ -380,3 +380,10 @@ def test_configuration_choice_names_the_measured_and_predicted_best():
     assert s.measured_fastest == "h200/default"
     assert s.fastest_agrees
     assert s.least_energy_agrees is None
+    # Margins: the runner-up's measured value over the best's, less 1.
+    assert r.fastest_margin == pytest.approx(2.0 / 1.5 - 1)
+    assert r.least_energy_margin == pytest.approx(11.0 / 10.0 - 1)
+    assert v.fastest_margin == pytest.approx(3.5 / 3.0 - 1)  # the third candidate is not it
+    assert v.least_energy_margin == pytest.approx(30.0 / 25.0 - 1)
+    assert s.fastest_margin == pytest.approx(1.0 / 0.9 - 1)
+    assert np.isnan(s.least_energy_margin)

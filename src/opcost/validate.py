@@ -576,8 +576,11 @@ def configuration_choice(networks: pd.DataFrame) -> pd.DataFrame:
         is a ``gpu``/``setting`` pair with a measured and a predicted value): ``candidates``,
         and for ``fastest`` and ``least_energy`` the candidate the measurements name
         (``measured_fastest``, as ``gpu/setting``), the one the predictions name
-        (``predicted_fastest``) and whether they agree (``fastest_agrees``). Ties go to the
-        first candidate in ``gpu``, ``setting`` order.
+        (``predicted_fastest``), whether they agree (``fastest_agrees``), and by how much
+        the measured best beats the measured runner-up (``fastest_margin``: runner-up over
+        best, less 1; a margin inside the measurements' run-to-run spread is a tie, and
+        a disagreement there costs little). Ties go to the first candidate in ``gpu``,
+        ``setting`` order.
     """
     rows = []
     table = networks.sort_values(["gpu", "setting"])
@@ -589,7 +592,10 @@ def configuration_choice(networks: pd.DataFrame) -> pd.DataFrame:
             if len(known) < 2:
                 row.update({f"measured_{name}": None, f"predicted_{name}": None})
                 row[f"{name}_agrees"] = None
+                row[f"{name}_margin"] = float("nan")
                 continue
+            best, runner_up = np.sort(known[measured].to_numpy(dtype=float))[:2]
+            row[f"{name}_margin"] = runner_up / best - 1.0
             row[f"measured_{name}"] = label.loc[known[measured].idxmin()]
             row[f"predicted_{name}"] = label.loc[known[predicted].idxmin()]
             row[f"{name}_agrees"] = row[f"measured_{name}"] == row[f"predicted_{name}"]
@@ -600,4 +606,5 @@ def configuration_choice(networks: pd.DataFrame) -> pd.DataFrame:
         f"{kind}_{name}" for _, _, name in CHOICE_QUANTITIES for kind in ("measured", "predicted")
     ]
     columns += [f"{name}_agrees" for _, _, name in CHOICE_QUANTITIES]
+    columns += [f"{name}_margin" for _, _, name in CHOICE_QUANTITIES]
     return pd.DataFrame(rows, columns=columns)
