@@ -143,13 +143,13 @@ def test_whole_job_log_spans_the_measurement():
 
 
 @pytest.fixture(scope="module")
-def hopper_subset(tmp_path_factory):
-    """The raw logs of tests/data/hopper_subset (H100 and H200), unpacked."""
+def hopper(tmp_path_factory):
+    """The raw logs of tests/data/hopper (the issue #9 study on the H100 and H200), unpacked."""
     import tarfile
 
-    root = tmp_path_factory.mktemp("hopper_subset")
+    root = tmp_path_factory.mktemp("hopper")
     for gpu in ("h100", "h200"):
-        with tarfile.open(f"tests/data/hopper_subset/{gpu}/raw_and_logs.tar.gz") as tar:
+        with tarfile.open(f"tests/data/hopper/{gpu}/raw_and_logs.tar.gz") as tar:
             # filter="data" where this Python has it (3.11.4 and later).
             kwargs = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
             tar.extractall(root / gpu, **kwargs)
@@ -157,10 +157,10 @@ def hopper_subset(tmp_path_factory):
 
 
 @pytest.mark.parametrize("gpu", ["h100", "h200"])
-def test_worker_measurements_match_hand_computation_and_the_committed_dataset(hopper_subset, gpu):
+def test_worker_measurements_match_hand_computation_and_the_committed_dataset(hopper, gpu):
     from pathlib import Path
 
-    raw = hopper_subset / gpu / "results" / "raw" / gpu / "default"
+    raw = hopper / gpu / "results" / "raw" / gpu / "default"
     chained = [
         p
         for p in sorted((raw / "training" / "ops").glob("*.json"))
@@ -181,10 +181,37 @@ def test_worker_measurements_match_hand_computation_and_the_committed_dataset(ho
     jsons = sorted(Path(raw).rglob("*.json"))
     dataset, failed = evaluate_files(jsons, gpu)
     assert failed.empty
-    committed = pd.read_parquet(f"tests/data/hopper_subset/{gpu}/dataset/{gpu}.parquet")
+    committed = pd.read_parquet(f"tests/data/hopper/{gpu}/dataset/{gpu}.parquet")
     merged = dataset.merge(
         committed, on=["mode", "kind", "op_id", "model_input"], suffixes=("", "_committed")
     )
     assert len(merged) == len(committed) == len(jsons)
     for col in ("time_s", "power_w", "energy_j", "energy_nvml_j"):
         np.testing.assert_allclose(merged[col], merged[f"{col}_committed"], rtol=1e-12)
+
+
+def test_tf32_off_configurations_reach_the_measurement_and_the_committed_dataset(tmp_path):
+    """The partial TF32-off runs: each record says TF32 was off (the GPU configuration's
+    ``tf32: false`` reached the harness), and re-evaluating the raw files gives the
+    committed datasets."""
+    import tarfile
+    from pathlib import Path
+
+    kwargs = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+    with tarfile.open("tests/data/hopper/notf32_partial/raw_and_logs.tar.gz") as tar:
+        tar.extractall(tmp_path, **kwargs)
+    for gpu in ("h100-notf32", "h200-notf32"):
+        jsons = sorted(Path(tmp_path / "results" / "raw" / gpu).rglob("*.json"))
+        assert jsons
+        assert all(json.loads(p.read_text())["tf32"] is False for p in jsons)
+        dataset, failed = evaluate_files(jsons, gpu)
+        assert failed.empty
+        assert not dataset["tf32"].any()
+        committed = pd.read_parquet(f"tests/data/hopper/notf32_partial/dataset/{gpu}.parquet")
+        merged = dataset.merge(
+            committed, on=["mode", "kind", "op_id", "model_input"], suffixes=("", "_committed")
+        )
+        assert len(merged) == len(committed) == len(jsons)
+        np.testing.assert_allclose(merged["energy_j"], merged["energy_j_committed"], rtol=1e-12)
+    on = pd.read_parquet("tests/data/hopper/h100/dataset/h100.parquet")
+    assert on["tf32"].all()
