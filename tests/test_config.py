@@ -26,3 +26,22 @@ def test_empty_config_gets_every_default():
     study = load_study({})
     assert len(study.model_inputs) == 3
     assert study.config["profile"]["min_run_time_s"] == 1.0
+
+
+def test_every_shipped_study_config_loads(repo):
+    """The studies under config/ (run with --configfile) pass the schema and the checks."""
+    paths = sorted((repo / "config").glob("*.yaml"))
+    assert len(paths) >= 4
+    for path in paths:
+        study = load_study_file(path)
+        assert study.model_inputs, path
+        if path.name == "hopper.yaml":
+            # issue #9: the two Hopper GPUs with TF32 on and off.
+            assert {name: gpu.tf32 for name, gpu in study.gpus.items()} == {
+                "h100": True,
+                "h200": True,
+                "h100-notf32": False,
+                "h200-notf32": False,
+            }
+            assert len(study.model_inputs) == 16
+            assert study.config["profile"]["min_run_time_s"] >= 1.0
