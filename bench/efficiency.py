@@ -1,8 +1,10 @@
 """Profiling efficiency: the sum of timed windows over the profiling stage's wall time.
 
-    python bench/efficiency.py [RAW_DIR] [--max-gap-s S]
+    python bench/efficiency.py [RAW_DIR | RAW_TAR_GZ] [--max-gap-s S]
 
-Default: the committed real H100 sample (tests/data/h100/raw). Reads every benchmark JSON,
+Default: the committed real H100 sample (tests/data/h100/raw). A ``.tar.gz`` (a committed
+study's ``raw_and_logs.tar.gz``, e.g. tests/data/hopper/h100/) is read without unpacking
+it to disk. Reads every benchmark JSON,
 and prints the sum of timed windows, the profiling wall time, their ratio (1.0 is the
 limit), and the median per-job overhead in seconds (job wall time minus its timed window).
 
@@ -17,13 +19,25 @@ low: its wall time still holds the deleted jobs).
 import argparse
 import json
 import statistics
+import tarfile
 from pathlib import Path
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("raw", nargs="?", default="tests/data/h100/raw", type=Path)
 parser.add_argument("--max-gap-s", type=float, default=30.0)
 args = parser.parse_args()
-records = [json.loads(p.read_text()) for p in sorted(args.raw.rglob("*.json"))]
+if args.raw.name.endswith(".tar.gz"):
+    with tarfile.open(args.raw) as tar:
+        members = sorted(
+            (m for m in tar.getmembers() if m.isfile() and m.name.endswith(".json")),
+            key=lambda m: m.name,
+        )
+        # Benchmark JSONs only: the raw results, not the logs beside them.
+        records = [
+            json.load(tar.extractfile(m)) for m in members if m.name.startswith("results/raw/")
+        ]
+else:
+    records = [json.loads(p.read_text()) for p in sorted(args.raw.rglob("*.json"))]
 if not records:
     raise SystemExit(f"{args.raw}: no benchmark JSON files")
 ok = [r for r in records if r["status"] == "ok"]
