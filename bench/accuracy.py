@@ -5,7 +5,9 @@
 For each committed study (tests/data/<name>: dataset, op tables) it prints:
 
 - dataset validation: per mode, how many model-input sets' summed operations are within
-  5 % of the measured network in time and in energy, and the median |difference|;
+  5 % of the measured network in time and in energy, and the median |difference|; the
+  same for GPU-busy time (time x nvidia-smi's utilisation: the GPU's share of the time,
+  ``gpu_busy_rel_diff`` of ``opcost.validate.dataset_validation``), within 10 %;
 - leave-one-network-out (LONO) mean absolute percentage error of whole-network time and
   energy per mode, from training the study's predictor afresh (``opcost.train``, the
   defaults of ``config/config.yaml`` unless the study has its own config), which takes a
@@ -75,6 +77,10 @@ def validation_summary(directory: Path, gpu: str) -> pd.DataFrame:
                 "energy within 5 %": int((part["energy_rel_diff"].abs() < 0.05).sum()),
                 "median |time diff| %": round(100 * part["time_rel_diff"].abs().median(), 1),
                 "median |energy diff| %": round(100 * part["energy_rel_diff"].abs().median(), 1),
+                "GPU-busy within 10 %": int((part["gpu_busy_rel_diff"].abs() < 0.10).sum()),
+                "median |GPU-busy diff| %": round(
+                    100 * part["gpu_busy_rel_diff"].abs().median(), 1
+                ),
             }
         )
     return pd.DataFrame(rows)

@@ -54,7 +54,7 @@ def independent_sums(dataset: pd.DataFrame, model_input: str, mode: str, modules
         if row["kind"] == "op" and row["mode"] == mode:
             measured[row["op_id"]] = row
     ops = pd.read_parquet(H100 / "ops" / f"{model_input}.parquet").to_dict("records")
-    terms = {"t": [], "st": [], "e": [], "se": []}
+    terms = {"t": [], "st": [], "e": [], "se": [], "busy": []}
     for op in ops:
         if modules_only and op["kind"] != "module":
             continue
@@ -64,11 +64,13 @@ def independent_sums(dataset: pd.DataFrame, model_input: str, mode: str, modules
         terms["st"].append((c * m["sigma_time_s"]) ** 2)
         terms["e"].append(c * m["energy_j"])
         terms["se"].append((c * m["sigma_energy_j"]) ** 2)
+        terms["busy"].append(c * m["time_s"] * m["utilization_gpu_pct"] / 100)
     return (
         math.fsum(terms["t"]),
         math.sqrt(math.fsum(terms["st"])),
         math.fsum(terms["e"]),
         math.sqrt(math.fsum(terms["se"])),
+        math.fsum(terms["busy"]),
     )
 
 
@@ -94,7 +96,7 @@ def test_one_row_per_network_mode_and_ops_included(table):
 def test_sums_and_errors_match_independent_sums_on_real_data(
     table, dataset, model_input, mode, modules_only
 ):
-    t, st, e, se = independent_sums(dataset, model_input, mode, modules_only)
+    t, st, e, se, busy = independent_sums(dataset, model_input, mode, modules_only)
     net = network_row(dataset, model_input, mode)
     included = "module" if modules_only else "all"
     (row,) = table[
@@ -108,6 +110,12 @@ def test_sums_and_errors_match_independent_sums_on_real_data(
     assert row["sigma_energy_sum_j"] == pytest.approx(se, rel=1e-12)
     assert row["time_measured_s"] == net["time_s"]
     assert row["time_rel_diff"] == pytest.approx(t / net["time_s"] - 1, rel=1e-12)
+    net_busy = net["time_s"] * net["utilization_gpu_pct"] / 100
+    assert row["gpu_busy_sum_s"] == pytest.approx(busy, rel=1e-12)
+    assert row["gpu_busy_measured_s"] == pytest.approx(net_busy, rel=1e-12)
+    assert row["gpu_busy_rel_diff"] == pytest.approx(busy / net_busy - 1, rel=1e-12)
+    # A kernel runs at most all the time: GPU-busy time never exceeds wall time.
+    assert row["gpu_busy_sum_s"] <= row["time_sum_s"]
     assert row["energy_rel_diff"] == pytest.approx(e / net["energy_j"] - 1, rel=1e-12)
     z = (t - net["time_s"]) / math.sqrt(st**2 + net["sigma_time_s"] ** 2)
     assert row["time_z"] == pytest.approx(z, rel=1e-12)
@@ -197,6 +205,10 @@ def test_time_only_data_has_no_energy_sum(dataset, network_ops):
     assert table["energy_sum_j"].isna().all()
     assert table["energy_rel_diff"].isna().all()
     assert table["time_sum_s"].gt(0).all()
+    # Without nvidia-smi there is no utilisation, so no GPU-busy time either.
+    no_util = dataset_validation(cpu.drop(columns="utilization_gpu_pct"), network_ops)
+    assert no_util["gpu_busy_sum_s"].isna().all()
+    assert no_util["gpu_busy_rel_diff"].isna().all()
 
 
 def test_size_classes_split_at_the_median_geometric_mean_time(dataset):

@@ -28,6 +28,15 @@ add in quadrature. Compared with the measured network M (sigma_M):
     rel_diff = S / M - 1
     z = (S - M) / sqrt(sigma_S^2 + sigma_M^2)
 
+The same sum of *GPU-busy time* tells the GPU's share apart from the host's. An
+operation's GPU-busy time per iteration is its ``time_s`` times the share of its timed
+window in which a kernel ran (``utilization_gpu_pct`` / 100, nvidia-smi's
+``utilization.gpu``). Where a network is bound by the host (short kernels, launched from
+Python), its wall time is mostly the host's, and an operation alone pays the host's cost
+differently than inside the network (no overlap with kernels queued ahead); its GPU work,
+though, is the same. ``gpu_busy_rel_diff`` near 0 with a large ``time_rel_diff`` says
+the decomposition holds on the GPU and the difference is the host's.
+
 The sigmas are those of the dataset: sigma_time_s is the spread of the per-iteration time
 between timed blocks (not the error of its mean), and sigma_energy_j holds the power spread
 only (3.5, 3.9), not the time's. z therefore says whether a difference is larger than the
@@ -58,6 +67,10 @@ time_z                   --     (S - M) / sqrt(sigma_S^2 + sigma_M^2)
 time_share_of_all        --     S / S(all operations): 1 for ``all``
 energy_*                 J      the same for energy per iteration (NaN without power)
 power_sum_w              W      energy_sum_j / time_sum_s: mean power of the sum
+gpu_busy_sum_s           s      sum_i c_i time_s_i utilization_i / 100 (NaN without
+                                 utilization: time-only data)
+gpu_busy_measured_s      s      the network's time_s times its utilization / 100
+gpu_busy_rel_diff        --     gpu_busy_sum_s / gpu_busy_measured_s - 1
 power_measured_w         W      the network's ``power_w``
 sigma_power_measured_w   W      its ``sigma_power_w``
 sm_clock_mhz             MHz    measured SM clock during the network measurement
@@ -269,6 +282,14 @@ def _validation_row(part: pd.DataFrame, measured_ops: pd.DataFrame, net: pd.Seri
         "sigma_energy_sum_j": _quadrature(c, m["sigma_energy_j"]),
     }
     row["power_sum_w"] = _ratio(row["energy_sum_j"], row["time_sum_s"])
+    if "utilization_gpu_pct" in m.columns:
+        row["gpu_busy_sum_s"] = _weighted_sum(c, m["time_s"] * m["utilization_gpu_pct"] / 100)
+    else:
+        row["gpu_busy_sum_s"] = math.nan
+    row["gpu_busy_measured_s"] = (
+        _net_value(net, "time_s") * _net_value(net, "utilization_gpu_pct") / 100
+    )
+    row["gpu_busy_rel_diff"] = _ratio(row["gpu_busy_sum_s"], row["gpu_busy_measured_s"]) - 1
     for quantity, unit in (("time", "s"), ("energy", "j")):
         measured = _net_value(net, f"{quantity}_{unit}")
         sigma_measured = _net_value(net, f"sigma_{quantity}_{unit}")
@@ -334,6 +355,9 @@ _VALIDATION_DTYPES = {
     "energy_z": "float64",
     "energy_share_of_all": "float64",
     "power_sum_w": "float64",
+    "gpu_busy_sum_s": "float64",
+    "gpu_busy_measured_s": "float64",
+    "gpu_busy_rel_diff": "float64",
     "power_measured_w": "float64",
     "sigma_power_measured_w": "float64",
     "sm_clock_mhz": "float64",
