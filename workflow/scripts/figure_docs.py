@@ -184,8 +184,16 @@ def prepare_workdir(workdir: Path, repo: Path = REPO, figures: dict | None = Non
     else:
         probe_power_trace(gpu, sweep_dir / "power_trace.csv", sweep_dir / "power_trace.json")
     # Newer than every script (a script rule reruns when its script is newer than its
-    # outputs), in pipeline order among themselves.
-    t0 = time.time() - 60
+    # outputs), in pipeline order among themselves, and in the past (outputs made later
+    # must be newer still). In a checkout made a moment ago the scripts are seconds old:
+    # then the times start after the newest of them, and this waits until they are past.
+    newest = max(
+        p.stat().st_mtime
+        for folder in (repo / "workflow", repo / "src")
+        for p in folder.rglob("*")
+        if p.is_file()
+    )
+    t0 = max(time.time() - 60, newest + 1)
     stages = [
         [p for p in (results / "raw").rglob("*") if p.is_file()],
         [*sweep_dir.glob("*.*")],
@@ -195,7 +203,8 @@ def prepare_workdir(workdir: Path, repo: Path = REPO, figures: dict | None = Non
     ]
     for k, paths in enumerate(stages):
         for path in paths:
-            os.utime(path, (t0 + 10 * k, t0 + 10 * k))
+            os.utime(path, (t0 + 2 * k, t0 + 2 * k))
+    time.sleep(max(0.0, t0 + 2 * len(stages) - time.time()))
     if figures:
         config["figures"] = figures
     config_path = workdir / "config.yaml"
