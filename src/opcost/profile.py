@@ -198,7 +198,7 @@ def profile_job(
     opts = options_for(gpu, mode, profile_config)
     job_log = Path(job_log_path) if job_log_path else None
     # The device to itself for the whole job, whatever the caller's resources say.
-    with device_lock.exclusive(_device_key(opts.device)) as lock_wait_s:
+    with device_to_itself(opts.device) as lock_wait_s:
         record: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
             "status": "ok",
@@ -257,6 +257,12 @@ def _collecting_own_garbage() -> Iterator[None]:
     finally:
         gc.collect()
         gc.unfreeze()
+
+
+def device_to_itself(device: str) -> contextlib.AbstractContextManager[float]:
+    """The device's lock (:func:`opcost.device_lock.exclusive`), held by each profiling
+    job and sweep so that one measures alone on its GPU; yields the seconds waited."""
+    return device_lock.exclusive(_device_key(device))
 
 
 def _device_key(device: str) -> str:

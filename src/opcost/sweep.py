@@ -71,7 +71,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from opcost import device_lock, harness, profile
+from opcost import harness, profile
 from opcost.config import ConfigError, GpuConfig, Study
 from opcost.names import ModelInput, parse_setting
 from opcost.powerlog import read_power_log
@@ -391,13 +391,6 @@ def _prepare(
     return record, workload, opts
 
 
-def _device_to_itself(gpu: GpuConfig, cfg: SweepConfig) -> Any:
-    """The device's lock (``opcost.device_lock``), as a profiling job holds it: a sweep
-    measures alone on its GPU, also next to a profiling run of the same study."""
-    device = profile.resolve_device(gpu.device)
-    return device_lock.exclusive(profile._device_key(device))
-
-
 def run_proportionality(
     gpu: GpuConfig, profile_config: Mapping[str, Any], cfg: SweepConfig, json_path: str | Path
 ) -> dict[str, Any]:
@@ -409,7 +402,8 @@ def run_proportionality(
         cfg: the sweep.
         json_path: the record to write (atomically).
     """
-    with _device_to_itself(gpu, cfg) as lock_wait_s:
+    # Alone on its GPU, as a profiling job is, also next to a profiling run of the study.
+    with profile.device_to_itself(profile.resolve_device(gpu.device)) as lock_wait_s:
         record, workload, opts = _prepare("proportionality", gpu, profile_config, cfg)
         record["device_lock_wait_s"] = round(lock_wait_s, 3)
         record["measurements"] = proportionality_sweep(
@@ -442,7 +436,8 @@ def run_power_trace(
             that runs the fake ``nvidia-smi``.
     """
     power_log = power_log or profile._power_log
-    with _device_to_itself(gpu, cfg) as lock_wait_s:
+    # Alone on its GPU, as a profiling job is, also next to a profiling run of the study.
+    with profile.device_to_itself(profile.resolve_device(gpu.device)) as lock_wait_s:
         record, workload, opts = _prepare("power_trace", gpu, profile_config, cfg)
         record["device_lock_wait_s"] = round(lock_wait_s, 3)
         with power_log(
