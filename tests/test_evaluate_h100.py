@@ -6,6 +6,8 @@ thesis's formulas 3.1-3.9, without calling any helper of opcost.
 
 import datetime as dt
 import json
+import tarfile
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -142,24 +144,40 @@ def test_whole_job_log_spans_the_measurement():
     assert record["started_unix_s"] <= stamps[0] <= stamps[-1] <= record["finished_unix_s"]
 
 
+def unpack(tar_gz: str, dest: Path) -> Path:
+    """A committed raw_and_logs.tar.gz, unpacked under ``dest``."""
+    with tarfile.open(tar_gz) as tar:
+        # filter="data" where this Python has it (3.11.4 and later).
+        kwargs = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+        tar.extractall(dest, **kwargs)
+    return dest
+
+
+def assert_reevaluation_matches(jsons: list[Path], gpu: str, committed_parquet: str):
+    """Evaluating the raw files again gives the committed dataset, row for row."""
+    dataset, failed = evaluate_files(jsons, gpu)
+    assert failed.empty
+    committed = pd.read_parquet(committed_parquet)
+    merged = dataset.merge(
+        committed, on=["mode", "kind", "op_id", "model_input"], suffixes=("", "_committed")
+    )
+    assert len(merged) == len(committed) == len(jsons)
+    for col in ("time_s", "power_w", "energy_j", "energy_nvml_j"):
+        np.testing.assert_allclose(merged[col], merged[f"{col}_committed"], rtol=1e-12)
+    return dataset
+
+
 @pytest.fixture(scope="module")
 def hopper(tmp_path_factory):
     """The raw logs of tests/data/hopper (the issue #9 study on the H100 and H200), unpacked."""
-    import tarfile
-
     root = tmp_path_factory.mktemp("hopper")
     for gpu in ("h100", "h200"):
-        with tarfile.open(f"tests/data/hopper/{gpu}/raw_and_logs.tar.gz") as tar:
-            # filter="data" where this Python has it (3.11.4 and later).
-            kwargs = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
-            tar.extractall(root / gpu, **kwargs)
+        unpack(f"tests/data/hopper/{gpu}/raw_and_logs.tar.gz", root / gpu)
     return root
 
 
 @pytest.mark.parametrize("gpu", ["h100", "h200"])
 def test_worker_measurements_match_hand_computation_and_the_committed_dataset(hopper, gpu):
-    from pathlib import Path
-
     raw = hopper / gpu / "results" / "raw" / gpu / "default"
     chained = [
         p
@@ -179,39 +197,21 @@ def test_worker_measurements_match_hand_computation_and_the_committed_dataset(ho
     record = json.loads(chained[0].read_text())
     assert record["number_per_run"] % record["calls_per_backward"] == 0
     jsons = sorted(Path(raw).rglob("*.json"))
-    dataset, failed = evaluate_files(jsons, gpu)
-    assert failed.empty
-    committed = pd.read_parquet(f"tests/data/hopper/{gpu}/dataset/{gpu}.parquet")
-    merged = dataset.merge(
-        committed, on=["mode", "kind", "op_id", "model_input"], suffixes=("", "_committed")
-    )
-    assert len(merged) == len(committed) == len(jsons)
-    for col in ("time_s", "power_w", "energy_j", "energy_nvml_j"):
-        np.testing.assert_allclose(merged[col], merged[f"{col}_committed"], rtol=1e-12)
+    assert_reevaluation_matches(jsons, gpu, f"tests/data/hopper/{gpu}/dataset/{gpu}.parquet")
 
 
 def test_tf32_off_configurations_reach_the_measurement_and_the_committed_dataset(tmp_path):
     """The partial TF32-off runs: each record says TF32 was off (the GPU configuration's
     ``tf32: false`` reached the harness), and re-evaluating the raw files gives the
     committed datasets."""
-    import tarfile
-    from pathlib import Path
-
-    kwargs = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
-    with tarfile.open("tests/data/hopper/notf32_partial/raw_and_logs.tar.gz") as tar:
-        tar.extractall(tmp_path, **kwargs)
+    root = unpack("tests/data/hopper/notf32_partial/raw_and_logs.tar.gz", tmp_path)
     for gpu in ("h100-notf32", "h200-notf32"):
-        jsons = sorted(Path(tmp_path / "results" / "raw" / gpu).rglob("*.json"))
+        jsons = sorted((root / "results" / "raw" / gpu).rglob("*.json"))
         assert jsons
         assert all(json.loads(p.read_text())["tf32"] is False for p in jsons)
-        dataset, failed = evaluate_files(jsons, gpu)
-        assert failed.empty
-        assert not dataset["tf32"].any()
-        committed = pd.read_parquet(f"tests/data/hopper/notf32_partial/dataset/{gpu}.parquet")
-        merged = dataset.merge(
-            committed, on=["mode", "kind", "op_id", "model_input"], suffixes=("", "_committed")
+        dataset = assert_reevaluation_matches(
+            jsons, gpu, f"tests/data/hopper/notf32_partial/dataset/{gpu}.parquet"
         )
-        assert len(merged) == len(committed) == len(jsons)
-        np.testing.assert_allclose(merged["energy_j"], merged["energy_j_committed"], rtol=1e-12)
+        assert not dataset["tf32"].any()
     on = pd.read_parquet("tests/data/hopper/h100/dataset/h100.parquet")
     assert on["tf32"].all()
