@@ -84,8 +84,6 @@ def test_real_h100_measurement_matches_hand_computation(prefix):
 
 
 def test_whole_real_sample_evaluates_and_matches_the_committed_dataset():
-    from pathlib import Path
-
     jsons = sorted(Path(RAW).rglob("*.json"))
     dataset, failed = evaluate_files(jsons, "h100")
     assert len(dataset) == len(jsons) == 188
