@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from opcost.evaluate import evaluate_files, evaluate_measurement
 
@@ -165,16 +166,22 @@ def assert_reevaluation_matches(jsons: list[Path], gpu: str, committed_parquet: 
     return dataset
 
 
+#: The GPU configurations of the issue #9 study, as config/hopper.yaml gives them.
+HOPPER_GPUS = yaml.safe_load(Path("config/hopper.yaml").read_text())["gpus"]
+HOPPER = tuple(HOPPER_GPUS)
+
+
 @pytest.fixture(scope="module")
 def hopper(tmp_path_factory):
-    """The raw logs of tests/data/hopper (the issue #9 study on the H100 and H200), unpacked."""
+    """The raw logs of tests/data/hopper (the issue #9 study on the H100 and H200, TF32 on
+    and off), unpacked."""
     root = tmp_path_factory.mktemp("hopper")
-    for gpu in ("h100", "h200"):
+    for gpu in HOPPER:
         unpack(f"tests/data/hopper/{gpu}/raw_and_logs.tar.gz", root / gpu)
     return root
 
 
-@pytest.mark.parametrize("gpu", ["h100", "h200"])
+@pytest.mark.parametrize("gpu", HOPPER)
 def test_worker_measurements_match_hand_computation_and_the_committed_dataset(hopper, gpu):
     raw = hopper / gpu / "results" / "raw" / gpu / "default"
     chained = [
@@ -198,18 +205,13 @@ def test_worker_measurements_match_hand_computation_and_the_committed_dataset(ho
     assert_reevaluation_matches(jsons, gpu, f"tests/data/hopper/{gpu}/dataset/{gpu}.parquet")
 
 
-def test_tf32_off_configurations_reach_the_measurement_and_the_committed_dataset(tmp_path):
-    """The partial TF32-off runs: each record says TF32 was off (the GPU configuration's
-    ``tf32: false`` reached the harness), and re-evaluating the raw files gives the
-    committed datasets."""
-    root = unpack("tests/data/hopper/notf32_partial/raw_and_logs.tar.gz", tmp_path)
-    for gpu in ("h100-notf32", "h200-notf32"):
-        jsons = sorted((root / "results" / "raw" / gpu).rglob("*.json"))
-        assert jsons
-        assert all(json.loads(p.read_text())["tf32"] is False for p in jsons)
-        dataset = assert_reevaluation_matches(
-            jsons, gpu, f"tests/data/hopper/notf32_partial/dataset/{gpu}.parquet"
-        )
-        assert not dataset["tf32"].any()
-    on = pd.read_parquet("tests/data/hopper/h100/dataset/h100.parquet")
-    assert on["tf32"].all()
+@pytest.mark.parametrize("gpu", HOPPER)
+def test_tf32_setting_reaches_every_measurement_of_the_study(hopper, gpu):
+    """Each record says whether TF32 was on, as config/hopper.yaml asks for its GPU
+    configuration, and so does every row of the committed dataset."""
+    wanted = HOPPER_GPUS[gpu]["tf32"]
+    jsons = sorted((hopper / gpu / "results" / "raw" / gpu).rglob("*.json"))
+    assert len(jsons) == 1140
+    assert all(json.loads(p.read_text())["tf32"] is wanted for p in jsons)
+    committed = pd.read_parquet(f"tests/data/hopper/{gpu}/dataset/{gpu}.parquet")
+    assert (committed["tf32"] == wanted).all()
