@@ -12,12 +12,14 @@ For each committed study (tests/data/<name>: dataset, op tables) it prints:
   energy per mode, from training the study's predictor afresh (``opcost.train``, the
   defaults of ``config/config.yaml`` unless the study has its own config), which takes a
   minute or two per study on 2 cores;
-- choice: for studies measured on two GPU configurations, per network and mode, whether
+- choice: for studies measured on several GPU configurations, per network and mode, whether
   the LONO predictions name the configuration the measurements show fastest, and the one
   using least energy (``opcost.validate.configuration_choice``), and the share of cases
   where they agree, over all cases and over those where the measured best wins by more
   than 10 %;
-- the measured effect of TF32 on whole networks, from the partial TF32-off runs.
+- how far two measurements of the same op lie apart: the ops TF32 does not touch,
+  measured in both the TF32-on and the TF32-off run of each GPU;
+- the measured effect of TF32 on whole networks.
 
 The README's accuracy table is what this prints (with GPU and date from each study's
 README).
@@ -41,17 +43,42 @@ from opcost.validate import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
+HOPPER = "tests/data/hopper"
 STUDIES = {
-    # name: (directory, GPU configuration, study config for the train section)
-    "h100 sample (4x3x64x64)": ("tests/data/h100", "h100", "config/h100-sample.yaml"),
-    "h200 sample (4x3x64x64)": ("tests/data/h200", "h200", "config/h200-sample.yaml"),
-    "h100 hopper (8 families x 2)": ("tests/data/hopper/h100", "h100", "config/hopper.yaml"),
-    "h200 hopper (8 families x 2)": ("tests/data/hopper/h200", "h200", "config/hopper.yaml"),
+    # name: (dataset directory, GPU configuration, study config for the train section,
+    #        directory of the op tables)
+    "h100 sample (4x3x64x64)": (
+        "tests/data/h100",
+        "h100",
+        "config/h100-sample.yaml",
+        "tests/data/h100/ops",
+    ),
+    "h200 sample (4x3x64x64)": (
+        "tests/data/h200",
+        "h200",
+        "config/h200-sample.yaml",
+        "tests/data/h200/ops",
+    ),
+    **{
+        f"{gpu} hopper (8 families x 2)": (
+            f"{HOPPER}/{gpu}",
+            gpu,
+            "config/hopper.yaml",
+            f"{HOPPER}/ops",
+        )
+        for gpu in ("h100", "h200", "h100-notf32", "h200-notf32")
+    },
 }
-#: Studies of one set of networks on two GPU configurations: the choice between them.
+#: Studies of one set of networks on several GPU configurations: the choice among them.
 CHOICES = {
     "sample 4x3x64x64, h100 vs h200": ("h100 sample (4x3x64x64)", "h200 sample (4x3x64x64)"),
-    "hopper, h100 vs h200": ("h100 hopper (8 families x 2)", "h200 hopper (8 families x 2)"),
+    "hopper, h100 vs h200 (TF32 on)": (
+        "h100 hopper (8 families x 2)",
+        "h200 hopper (8 families x 2)",
+    ),
+    "hopper, four configurations (h100, h200, TF32 on and off)": tuple(
+        f"{gpu} hopper (8 families x 2)" for gpu in ("h100", "h200", "h100-notf32", "h200-notf32")
+    ),
 }
 #: A measured best that beats the runner-up by less than this is within the run-to-run
 #: spread of host-bound measurements (docs/validation.md): the choice is printed for
@@ -59,13 +86,13 @@ CHOICES = {
 CLEAR_MARGIN = 0.10
 
 
-def _op_tables(directory: Path) -> list[Path]:
-    return sorted(p for p in (directory / "ops").glob("*.parquet") if p.name != "unique.parquet")
+def _op_tables(ops: Path) -> list[Path]:
+    return sorted(p for p in ops.glob("*.parquet") if p.name != "unique.parquet")
 
 
-def validation_summary(directory: Path, gpu: str) -> pd.DataFrame:
+def validation_summary(directory: Path, gpu: str, ops: Path) -> pd.DataFrame:
     dataset = pd.read_parquet(directory / "dataset" / f"{gpu}.parquet")
-    table = dataset_validation(dataset, read_network_ops(_op_tables(directory)))
+    table = dataset_validation(dataset, read_network_ops(_op_tables(ops)))
     table = table[table["ops_included"] == "all"]
     rows = []
     for mode, part in table.groupby("mode"):
@@ -86,14 +113,16 @@ def validation_summary(directory: Path, gpu: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def lono_summary(directory: Path, gpu: str, config: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+def lono_summary(
+    directory: Path, gpu: str, config: Path, ops: Path
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The LONO table per mode, and the per-network LONO predictions."""
     cfg = TrainConfig.from_config(yaml.safe_load(config.read_text()).get("train") or {})
     with tempfile.TemporaryDirectory() as tmp:
         outputs = TrainOutputs.under(tmp)
         metrics = train_gpu(
             directory / "dataset" / f"{gpu}.parquet",
-            _op_tables(directory),
+            _op_tables(ops),
             outputs,
             cfg,
             gpu,
@@ -120,14 +149,13 @@ def choice_summary(networks: dict[str, pd.DataFrame]) -> pd.DataFrame:
     return choice.drop(columns="candidates")
 
 
-def tf32_effect() -> pd.DataFrame:
-    """Whole networks measured with TF32 off (tests/data/hopper/notf32_partial) against on."""
+def tf32_effect() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Whole networks measured with TF32 off against on, each GPU: per network and mode,
+    and summed up per GPU and mode."""
     rows = []
     for gpu in ("h100", "h200"):
-        on = pd.read_parquet(REPO / f"tests/data/hopper/{gpu}/dataset/{gpu}.parquet")
-        off = pd.read_parquet(
-            REPO / f"tests/data/hopper/notf32_partial/dataset/{gpu}-notf32.parquet"
-        )
+        on = pd.read_parquet(REPO / f"{HOPPER}/{gpu}/dataset/{gpu}.parquet")
+        off = pd.read_parquet(REPO / f"{HOPPER}/{gpu}-notf32/dataset/{gpu}-notf32.parquet")
         keys = ["mode", "model_input"]
         both = off[off["kind"] == "network"].merge(
             on[on["kind"] == "network"], on=keys, suffixes=("_off", "_on")
@@ -143,38 +171,98 @@ def tf32_effect() -> pd.DataFrame:
                     "energy off/on": round(r["energy_j_off"] / r["energy_j_on"], 2),
                 }
             )
+    per_network = pd.DataFrame(rows)
+    summary = (
+        per_network.groupby(["gpu", "mode"])
+        .agg(
+            networks=("model_input", "size"),
+            time_median=("time off/on", "median"),
+            time_max=("time off/on", "max"),
+            energy_median=("energy off/on", "median"),
+            energy_max=("energy off/on", "max"),
+        )
+        .reset_index()
+    )
+    return per_network, summary
+
+
+#: Op types whose float32 kernels TF32 changes (cuDNN convolutions, cuBLAS matmuls);
+#: every other op of the study runs the same kernels with TF32 on and off.
+TF32_OP_TYPES = ("Conv2d", "Linear", "MultiheadAttention")
+
+
+def remeasurement() -> pd.DataFrame:
+    """The ops TF32 does not touch, measured twice per GPU (in the TF32-on run and in the
+    TF32-off run, on other hosts and hours apart): how far the two measurements of one
+    thing lie apart, for host-bound ops (GPU utilisation under 50 % in either run) and
+    GPU-busy ones. This is the measurements' own reproducibility, the floor under the
+    sums, LONO and choice figures."""
+    rows = []
+    for gpu in ("h100", "h200"):
+        on = pd.read_parquet(REPO / f"{HOPPER}/{gpu}/dataset/{gpu}.parquet")
+        off = pd.read_parquet(REPO / f"{HOPPER}/{gpu}-notf32/dataset/{gpu}-notf32.parquet")
+        both = off[off["kind"] == "op"].merge(
+            on[on["kind"] == "op"], on=["mode", "op_id"], suffixes=("_off", "_on")
+        )
+        both = both[~both["op_type_on"].str.contains("|".join(TF32_OP_TYPES))]
+        busy = both[["utilization_gpu_pct_off", "utilization_gpu_pct_on"]].min(axis=1) >= 50
+        for (mode, is_busy), part in both.groupby(["mode", busy]):
+            time_ratio = part["time_s_off"] / part["time_s_on"]
+            energy_ratio = part["energy_j_off"] / part["energy_j_on"]
+            rows.append(
+                {
+                    "gpu": gpu,
+                    "mode": mode,
+                    "ops": "GPU-busy" if is_busy else "host-bound",
+                    "n": len(part),
+                    "median |time diff| %": round(100 * (time_ratio - 1).abs().median(), 1),
+                    "median |energy diff| %": round(100 * (energy_ratio - 1).abs().median(), 1),
+                    "median in-job time spread %": round(
+                        100 * (part["sigma_time_s_on"] / part["time_s_on"]).median(), 1
+                    ),
+                }
+            )
     return pd.DataFrame(rows)
+
+
+def print_choice(name: str, networks: dict[str, pd.DataFrame]) -> None:
+    choice = choice_summary(networks)
+    print(f"\nchoice, {name}: {len(choice)} network-mode cases")
+    print(choice.to_string(index=False))
+    for what in ("fastest", "least_energy"):
+        agrees = choice[f"{what}_agrees"].dropna()
+        clear = choice.loc[choice[f"{what}_margin"] > CLEAR_MARGIN, f"{what}_agrees"]
+        print(
+            f"{what}: predicted = measured in {int(agrees.sum())} of {len(agrees)}; "
+            f"where the measured best wins by more than {CLEAR_MARGIN:.0%}: "
+            f"{int(clear.sum())} of {len(clear)}"
+        )
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--skip-lono", action="store_true", help="validation only (fast)")
+    parser.add_argument("--skip-lono", action="store_true", help="no LONO or choice (fast)")
     args = parser.parse_args(argv)
     lono_networks: dict[str, pd.DataFrame] = {}
-    for name, (directory, gpu, config) in STUDIES.items():
+    for name, (directory, gpu, config, ops) in STUDIES.items():
         directory = REPO / directory
-        table = validation_summary(directory, gpu)
+        table = validation_summary(directory, gpu, REPO / ops)
         if not args.skip_lono:
-            lono, lono_networks[name] = lono_summary(directory, gpu, REPO / config)
+            lono, lono_networks[name] = lono_summary(directory, gpu, REPO / config, REPO / ops)
             table = table.merge(lono, on="mode")
         print(f"\n{name}: {directory.relative_to(REPO)}")
         print(table.to_string(index=False))
-    if args.skip_lono:
-        return
-    for name, studies in CHOICES.items():
-        choice = choice_summary({STUDIES[s][1]: lono_networks[s] for s in studies})
-        print(f"\nchoice, {name}: {len(choice)} network-mode cases")
-        print(choice.to_string(index=False))
-        for what in ("fastest", "least_energy"):
-            agrees = choice[f"{what}_agrees"].dropna()
-            clear = choice.loc[choice[f"{what}_margin"] > CLEAR_MARGIN, f"{what}_agrees"]
-            print(
-                f"{what}: predicted = measured in {int(agrees.sum())} of {len(agrees)}; "
-                f"where the measured best wins by more than {CLEAR_MARGIN:.0%}: "
-                f"{int(clear.sum())} of {len(clear)}"
-            )
-    print("\nTF32 off against on, whole networks measured in both (off: a partial run)")
-    print(tf32_effect().to_string(index=False))
+    if not args.skip_lono:
+        for name, studies in CHOICES.items():
+            print_choice(name, {STUDIES[s][1]: lono_networks[s] for s in studies})
+    print("\nthe same op measured twice: ops TF32 does not touch, in the TF32-on and -off runs")
+    print(remeasurement().to_string(index=False))
+    per_network, summary = tf32_effect()
+    print("\nTF32 off against on, whole networks (measured time and energy, off/on)")
+    print(summary.to_string(index=False))
+    print("\nwhere TF32 off costs more than 10 % time or energy")
+    costly = (per_network["time off/on"] > 1.1) | (per_network["energy off/on"] > 1.1)
+    print(per_network[costly].to_string(index=False))
 
 
 if __name__ == "__main__":
