@@ -105,6 +105,40 @@ def test_predict_csv_and_json(capsys, predictors):
     assert doc["per_op_setting"][0]["status"].startswith("needs more than one setting")
 
 
+def test_predict_says_when_a_choice_lies_within_the_predictors_error(capsys, predictors, tmp_path):
+    """Two GPU configurations with the same models predict the same: the best leads by
+    0 %, which lies within any LONO error recorded in metrics.json."""
+    from dataclasses import replace
+
+    from opcost.predict import load_predictor, save_predictor
+
+    h100 = load_predictor(predictors / "h100")
+    for gpu in ("h100", "twin"):
+        save_predictor(replace(h100, gpu=gpu), tmp_path / gpu)
+        scores = {"n": 3, "time_mape_pct": 12.5, "energy_mape_pct": 20.0}
+        lono = {"inference": scores, "training": scores}
+        (tmp_path / gpu / "metrics.json").write_text(json.dumps({"lono": {"network": lono}}))
+    code, out, err = run(
+        capsys, "predict", "--ops", str(RESNET18_OPS), "--predictors", str(tmp_path)
+    )
+    assert code == 0, err
+    assert "0 % ahead of twin/default, within the predictors' 12.5 % LONO error" in out
+    assert "0 % ahead of twin/default, within the predictors' 20 % LONO error" in out
+    code, out, _ = run(
+        capsys,
+        "predict",
+        "--ops",
+        str(RESNET18_OPS),
+        "--predictors",
+        str(tmp_path),
+        "--format",
+        "json",
+    )
+    best = [b for b in json.loads(out)["best"] if b["criterion"] == "time"]
+    assert [b["margin"] for b in best] == [0.0, 0.0]
+    assert all(b["within_error"] is True for b in best)
+
+
 def test_predict_a_model_it_never_saw(capsys, predictors):
     code, out, err = run(capsys, "predict", *TINY, "--predictors", str(predictors))
     assert code == 0, err

@@ -214,6 +214,66 @@ def test_best_choice_across_gpus_and_single_setting_status():
     assert result.per_op["saving_pct"].isna().all()
 
 
+def test_best_choice_names_its_runner_up_and_lead():
+    """By hand: one op table on two clocks of one GPU (as in the test above)."""
+    result = predict_networks({"fake": fake_predictor("fake", 1980, 990)}, op_table((1, 2)))
+    best = result.best.set_index("criterion")
+    # Time: 3 µs at the default clock against 6 µs at 990 MHz.
+    assert best.loc["time", "runner_up_setting"] == "sm990"
+    assert best.loc["time", "runner_up_value"] == pytest.approx(6e-6)
+    assert best.loc["time", "margin"] == pytest.approx(6 / 3 - 1)
+    # Energy: 900 µJ at sm990 against 2000 µJ at the default clock.
+    e_default = 1 * 1e-6 * 400 + 2 * 1e-6 * 800
+    e_slow = 1 * 2e-6 * 250 + 2 * 2e-6 * 100
+    assert best.loc["energy", "runner_up_setting"] == "default"
+    assert best.loc["energy", "margin"] == pytest.approx(e_default / e_slow - 1)
+    # Without metrics.json the predictors' error is unknown: no verdict.
+    assert best["lono_mape_pct"].isna().all()
+    assert best["within_error"].isna().all()
+
+
+def write_lono(directory: Path, time_pct: float, energy_pct: float) -> None:
+    """A metrics.json as opcost train writes it, with only the LONO network errors."""
+    scores = {"n": 3, "time_mape_pct": time_pct, "energy_mape_pct": energy_pct}
+    doc = {"lono": {"network": {"inference": scores, "all": scores}}}
+    (directory / "metrics.json").write_text(json.dumps(doc))
+
+
+def test_a_lead_smaller_than_the_predictors_lono_error_is_flagged(tmp_path):
+    """fast (1980 MHz) beats slow (990 MHz) by 100 % in time; slow beats fast in energy.
+    The verdict compares the lead with the larger LONO error of the two predictors."""
+    save_predictor(fake_predictor("fast", 1980), tmp_path / "fast")
+    save_predictor(fake_predictor("slow", 990), tmp_path / "slow")
+    write_lono(tmp_path / "fast", time_pct=30.0, energy_pct=5.0)
+    write_lono(tmp_path / "slow", time_pct=150.0, energy_pct=1000.0)
+    predictors = load_predictors(tmp_path)
+    assert predictors["fast"].lono_mape_pct == {"inference": {"time": 30.0, "energy": 5.0}}
+    best = predict_networks(predictors, op_table((1, 2))).best.set_index("criterion")
+    assert best.loc["time", "gpu"] == "fast"
+    assert best.loc["time", "lono_mape_pct"] == 150.0
+    assert best.loc["time", "within_error"]  # 100 % lead < 150 %
+    assert best.loc["energy", "lono_mape_pct"] == 1000.0
+    assert best.loc["energy", "within_error"]
+    write_lono(tmp_path / "slow", time_pct=20.0, energy_pct=2.0)
+    best = predict_networks(load_predictors(tmp_path), op_table((1, 2))).best
+    best = best.set_index("criterion")
+    assert best.loc["time", "lono_mape_pct"] == 30.0
+    assert not best.loc["time", "within_error"]  # 100 % lead > 30 %
+    assert best.loc["energy", "lono_mape_pct"] == 5.0
+    assert not best.loc["energy", "within_error"]  # 2000/900 - 1 = 122 % > 5 %
+    # The energy-delay product has no LONO error of its own.
+    assert math.isnan(best.loc["edp", "lono_mape_pct"])
+    assert best.loc["edp", "within_error"] is None
+
+
+def test_an_unreadable_metrics_file_leaves_predictions_unqualified(tmp_path):
+    save_predictor(fake_predictor("fast", 1980), tmp_path / "fast")
+    (tmp_path / "fast" / "metrics.json").write_text("{not json")
+    predictor = load_predictor(tmp_path / "fast")
+    assert predictor.lono_mape_pct == {}
+    assert len(predict_networks({"fast": predictor}, op_table()).table) == 1
+
+
 def test_several_networks_and_modes():
     ops = pd.concat([op_table((1, 2), "a_1"), op_table((5, 0), "b_1")], ignore_index=True)
     p = fake_predictor("fake", 1980, modes=("inference", "training"))

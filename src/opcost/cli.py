@@ -129,6 +129,20 @@ def _json_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     return out
 
 
+def _lead(best: pd.Series) -> str:
+    """How far a best choice leads the runner-up, and whether the predictors' own
+    leave-one-network-out error is larger than that lead."""
+    if not math.isfinite(best["margin"]):
+        return ""
+    text = (
+        f", {_fmt(100 * best['margin'], 2)} % ahead of "
+        f"{best['runner_up_gpu']}/{best['runner_up_setting']}"
+    )
+    if best["within_error"]:
+        text += f", within the predictors' {_fmt(best['lono_mape_pct'], 3)} % LONO error"
+    return text
+
+
 def _render_table(result: Any, predictors: dict[str, Any], root: str) -> str:
     lines = []
     table = result.table
@@ -166,7 +180,7 @@ def _render_table(result: Any, predictors: dict[str, Any], root: str) -> str:
                 row = b[b["criterion"] == criterion]
                 if len(row):
                     r = row.iloc[0]
-                    parts.append(f"{label} {r['gpu']}/{r['setting']} ({fmt(r['value'])})")
+                    parts.append(f"{label} {r['gpu']}/{r['setting']} ({fmt(r['value'])}{_lead(r)})")
             if not (b["criterion"] == "energy").any():
                 parts.append("energy: no power model (time-only data)")
             lines.append(f"best for {mode}: " + "; ".join(parts))

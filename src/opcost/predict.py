@@ -49,6 +49,9 @@ from opcost.names import MODES
 FEATURES_FILE = "features.json"
 TIME_FILE = "time.joblib"
 POWER_FILE = "power.joblib"
+#: Written by ``opcost train`` beside the models: its leave-one-network-out errors tell
+#: how far a predicted margin between two choices can be trusted.
+METRICS_FILE = "metrics.json"
 #: Counts compared against the training range of an op's type.
 RANGE_KEYS = ("flops", "input_numel", "output_numel")
 NEEDS_SETTINGS = "needs more than one setting"
@@ -307,6 +310,9 @@ class Predictor:
             ``dtype``, ``tf32``, ``sm_clock_mhz``, ``mem_clock_mhz``, ``power_limit_w``.
         ranges: op type -> count name -> [min, max] over the training data.
         meta: everything else written to ``features.json``.
+        lono_mape_pct: mode -> criterion (``time``, ``energy``) -> the
+            leave-one-network-out mean absolute percentage error of whole networks from
+            ``metrics.json``; empty where training recorded none.
     """
 
     gpu: str
@@ -316,6 +322,7 @@ class Predictor:
     conditions: pd.DataFrame
     ranges: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
+    lono_mape_pct: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def settings(self) -> list[str]:
@@ -575,7 +582,29 @@ def load_predictor(directory: str | Path) -> Predictor:
         conditions=conditions,
         ranges=doc.get("training_ranges", {}),
         meta=meta,
+        lono_mape_pct=_lono_mape(directory / METRICS_FILE),
     )
+
+
+def _lono_mape(path: Path) -> dict[str, dict[str, float]]:
+    """Mode -> criterion -> LONO network MAPE (%) from ``metrics.json``; empty if absent
+    or unreadable (the errors only qualify a choice, the models predict without them)."""
+    try:
+        networks = json.loads(path.read_text())["lono"]["network"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    out: dict[str, dict[str, float]] = {}
+    for mode, scores in networks.items() if isinstance(networks, dict) else ():
+        if mode not in MODES or not isinstance(scores, dict):
+            continue
+        values = {
+            criterion: float(scores[f"{criterion}_mape_pct"])
+            for criterion in ("time", "energy")
+            if isinstance(scores.get(f"{criterion}_mape_pct"), int | float)
+        }
+        if values:
+            out[mode] = values
+    return out
 
 
 def load_predictors(root: str | Path) -> dict[str, Predictor]:
@@ -611,7 +640,12 @@ class NetworkPrediction:
             ``n_extrapolated`` (distinct ops flagged), and ``best_time``,
             ``best_energy``, ``best_edp`` (bool, per network and mode).
         best: one row per network, mode and criterion (``time``, ``energy``, ``edp``):
-            ``gpu``, ``setting``, ``value`` (NaN-free rows only).
+            ``gpu``, ``setting``, ``value`` (NaN-free rows only); the runner-up
+            (``runner_up_gpu``, ``runner_up_setting``, ``runner_up_value``), ``margin``
+            (runner-up / best - 1), ``lono_mape_pct`` (the larger leave-one-network-out
+            error of the two predictors for this mode and criterion; NaN for ``edp`` or
+            where training recorded none) and ``within_error`` (``margin`` below it:
+            the predictors cannot tell the two apart; None where unknown).
         per_op: one row per network, GPU and mode: the energy of choosing the best setting
             for each op against the best single setting (``status`` says why not).
         extrapolation: flagged ops: ``network``, ``gpu``, ``op_id``, ``type``,
@@ -760,10 +794,10 @@ def predict_networks(
         flag = f"best_{criterion}"
         table[flag] = False
         for (network, mode), group in table.groupby(["network", "mode"], sort=False):
-            values = group[column].dropna()
+            values = group[column].dropna().sort_values(kind="stable")
             if values.empty:
                 continue
-            i = values.idxmin()
+            i = values.index[0]
             table.loc[i, flag] = True
             best_rows.append(
                 {
@@ -772,12 +806,11 @@ def predict_networks(
                     "criterion": criterion,
                     "gpu": table.loc[i, "gpu"],
                     "setting": table.loc[i, "setting"],
-                    "value": float(values.min()),
+                    "value": float(values.iloc[0]),
+                    **_runner_up(table, values, predictors, str(mode), criterion),
                 }
             )
-    best = pd.DataFrame(
-        best_rows, columns=["network", "mode", "criterion", "gpu", "setting", "value"]
-    )
+    best = pd.DataFrame(best_rows, columns=BEST_COLUMNS)
     return NetworkPrediction(
         table=table.sort_values(["network", "mode", "gpu", "setting"], ignore_index=True),
         best=best,
@@ -785,6 +818,51 @@ def predict_networks(
         extrapolation=extrapolation,
         op_predictions=op_predictions,
     )
+
+
+BEST_COLUMNS = [
+    "network",
+    "mode",
+    "criterion",
+    "gpu",
+    "setting",
+    "value",
+    "runner_up_gpu",
+    "runner_up_setting",
+    "runner_up_value",
+    "margin",
+    "lono_mape_pct",
+    "within_error",
+]
+
+
+def _runner_up(
+    table: pd.DataFrame,
+    values: pd.Series,
+    predictors: dict[str, Predictor],
+    mode: str,
+    criterion: str,
+) -> dict[str, Any]:
+    """The second-best choice of ``values`` (sorted, best first), by how much the best
+    wins, and whether that lies within the predictors' leave-one-network-out error."""
+    if len(values) < 2:
+        return {"margin": np.nan, "lono_mape_pct": np.nan, "within_error": None}
+    best, second = values.index[0], values.index[1]
+    margin = float(values.iloc[1] / values.iloc[0] - 1.0)
+    errors = [
+        predictors[table.loc[i, "gpu"]].lono_mape_pct.get(mode, {}).get(criterion)
+        for i in (best, second)
+    ]
+    known = None not in errors
+    lono = max(errors) if known else np.nan
+    return {
+        "runner_up_gpu": table.loc[second, "gpu"],
+        "runner_up_setting": table.loc[second, "setting"],
+        "runner_up_value": float(values.iloc[1]),
+        "margin": margin,
+        "lono_mape_pct": lono,
+        "within_error": bool(100.0 * margin < lono) if known else None,
+    }
 
 
 def read_ops_table(path: str | Path) -> pd.DataFrame:
