@@ -398,4 +398,11 @@ def test_configuration_choice_names_the_measured_and_predicted_best():
     assert v.fastest_margin == pytest.approx(3.5 / 3.0 - 1)  # the third candidate is not it
     assert v.least_energy_margin == pytest.approx(30.0 / 25.0 - 1)
     assert s.fastest_margin == pytest.approx(1.0 / 0.9 - 1)
+    # The predictions' lead of their pick over their runner-up, likewise.
+    assert r.fastest_predicted_margin == pytest.approx(2.1 / 1.6 - 1)
+    assert r.least_energy_predicted_margin == pytest.approx(12.0 / 11.5 - 1)
+    assert v.fastest_predicted_margin == pytest.approx(3.4 / 3.3 - 1)
+    assert v.least_energy_predicted_margin == pytest.approx(31.0 / 26.0 - 1)
+    assert s.fastest_predicted_margin == pytest.approx(1.2 / 1.1 - 1)
+    assert np.isnan(s.least_energy_predicted_margin)
     assert np.isnan(s.least_energy_margin)

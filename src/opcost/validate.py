@@ -603,8 +603,9 @@ def configuration_choice(networks: pd.DataFrame) -> pd.DataFrame:
         (``predicted_fastest``), whether they agree (``fastest_agrees``), and by how much
         the measured best beats the measured runner-up (``fastest_margin``: runner-up over
         best, less 1; a margin inside the measurements' run-to-run spread is a tie, and
-        a disagreement there costs little). Ties go to the first candidate in ``gpu``,
-        ``setting`` order.
+        a disagreement there costs little), and the same lead in the predictions
+        (``fastest_predicted_margin``: how sure the predictions are of their pick).
+        Ties go to the first candidate in ``gpu``, ``setting`` order.
     """
     rows = []
     table = networks.sort_values(["gpu", "setting"])
@@ -617,9 +618,12 @@ def configuration_choice(networks: pd.DataFrame) -> pd.DataFrame:
                 row.update({f"measured_{name}": None, f"predicted_{name}": None})
                 row[f"{name}_agrees"] = None
                 row[f"{name}_margin"] = float("nan")
+                row[f"{name}_predicted_margin"] = float("nan")
                 continue
             best, runner_up = np.sort(known[measured].to_numpy(dtype=float))[:2]
             row[f"{name}_margin"] = runner_up / best - 1.0
+            best, runner_up = np.sort(known[predicted].to_numpy(dtype=float))[:2]
+            row[f"{name}_predicted_margin"] = runner_up / best - 1.0
             row[f"measured_{name}"] = label.loc[known[measured].idxmin()]
             row[f"predicted_{name}"] = label.loc[known[predicted].idxmin()]
             row[f"{name}_agrees"] = row[f"measured_{name}"] == row[f"predicted_{name}"]
@@ -631,4 +635,5 @@ def configuration_choice(networks: pd.DataFrame) -> pd.DataFrame:
     ]
     columns += [f"{name}_agrees" for _, _, name in CHOICE_QUANTITIES]
     columns += [f"{name}_margin" for _, _, name in CHOICE_QUANTITIES]
+    columns += [f"{name}_predicted_margin" for _, _, name in CHOICE_QUANTITIES]
     return pd.DataFrame(rows, columns=columns)
