@@ -225,17 +225,25 @@ def remeasurement() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def print_choice(name: str, networks: dict[str, pd.DataFrame]) -> None:
+def print_choice(name: str, networks: dict[str, pd.DataFrame], lono: list[pd.DataFrame]) -> None:
+    """The choice table and its agreement counts: over all cases, where the measured best
+    wins by more than CLEAR_MARGIN, and where the predictions' own lead exceeds the
+    larger LONO error of the configurations (what ``opcost predict`` calls a choice not
+    within the predictors' error)."""
     choice = choice_summary(networks)
     print(f"\nchoice, {name}: {len(choice)} network-mode cases")
     print(choice.to_string(index=False))
-    for what in ("fastest", "least_energy"):
+    errors = pd.concat(lono).groupby("mode")[["LONO time MAPE %", "LONO energy MAPE %"]].max()
+    for what, column in (("fastest", "LONO time MAPE %"), ("least_energy", "LONO energy MAPE %")):
         agrees = choice[f"{what}_agrees"].dropna()
         clear = choice.loc[choice[f"{what}_margin"] > CLEAR_MARGIN, f"{what}_agrees"]
+        sure = 100 * choice[f"{what}_predicted_margin"] > choice["mode"].map(errors[column])
+        confident = choice.loc[sure, f"{what}_agrees"]
         print(
             f"{what}: predicted = measured in {int(agrees.sum())} of {len(agrees)}; "
             f"where the measured best wins by more than {CLEAR_MARGIN:.0%}: "
-            f"{int(clear.sum())} of {len(clear)}"
+            f"{int(clear.sum())} of {len(clear)}; where the predicted best leads by more "
+            f"than the LONO error: {int(confident.sum())} of {len(confident)}"
         )
 
 
@@ -244,17 +252,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--skip-lono", action="store_true", help="no LONO or choice (fast)")
     args = parser.parse_args(argv)
     lono_networks: dict[str, pd.DataFrame] = {}
+    lono_tables: dict[str, pd.DataFrame] = {}
     for name, (directory, gpu, config, ops) in STUDIES.items():
         directory = REPO / directory
         table = validation_summary(directory, gpu, REPO / ops)
         if not args.skip_lono:
             lono, lono_networks[name] = lono_summary(directory, gpu, REPO / config, REPO / ops)
+            lono_tables[name] = lono
             table = table.merge(lono, on="mode")
         print(f"\n{name}: {directory.relative_to(REPO)}")
         print(table.to_string(index=False))
     if not args.skip_lono:
         for name, studies in CHOICES.items():
-            print_choice(name, {STUDIES[s][1]: lono_networks[s] for s in studies})
+            print_choice(
+                name,
+                {STUDIES[s][1]: lono_networks[s] for s in studies},
+                [lono_tables[s] for s in studies],
+            )
     print("\nthe same op measured twice: ops TF32 does not touch, in the TF32-on and -off runs")
     print(remeasurement().to_string(index=False))
     per_network, summary = tf32_effect()
