@@ -279,7 +279,7 @@ GUARDS: tuple[Guard, ...] = (
         "        raise\n",
         "tests/test_worker.py::test_a_worker_killed_mid_job_fails_the_job_and_leaves_no_output"
         "[15-143]",
-        "profile._power_log: a job cut off keeps its temporary file",
+        "profile.power_log: a job cut off keeps its temporary file",
     ),
     Guard(
         "worker-sigterm-unwinds",

@@ -82,7 +82,9 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _provenance(device: str) -> dict[str, Any]:
+def provenance(device: str) -> dict[str, Any]:
+    """The software and host a measurement ran with, for its record (the GPU's UUID and
+    driver are filled in once the power log knows the GPU)."""
     info: dict[str, Any] = {
         "torch_version": torch.__version__,
         "cuda_version": torch.version.cuda,
@@ -106,7 +108,7 @@ def _gpu_facts(uuid: str) -> tuple[Any, tuple[str, ...]]:
 
 
 @contextlib.contextmanager
-def _power_log(
+def power_log(
     csv_path: Path,
     device: str,
     setting: Setting,
@@ -144,7 +146,7 @@ def _gpu_power_log(
     record: dict,
     job_log_path: Path | None,
 ) -> Iterator[Any]:
-    """:func:`_power_log` on a GPU: logging into ``tmp_csv``, yields the counter's reader."""
+    """:func:`power_log` on a GPU: logging into ``tmp_csv``, yields the counter's reader."""
     from opcost import gpu_setting, nvml, nvsmi
 
     uuid = nvml.cuda_device_uuid(torch.cuda.current_device())
@@ -220,7 +222,7 @@ def profile_job(
             "utc_offset_s": time.localtime().tm_gmtoff,
             "started_unix_s": time.time(),
             "device_lock_wait_s": round(lock_wait_s, 3),
-            **_provenance(opts.device),
+            **provenance(opts.device),
         }
         if opts.device == "cuda":
             torch.cuda.reset_peak_memory_stats()
@@ -228,7 +230,7 @@ def profile_job(
         try:
             with (
                 _collecting_own_garbage(),
-                _power_log(
+                power_log(
                     csv_path, opts.device, setting, profile_config, record, job_log
                 ) as read_mj,
             ):

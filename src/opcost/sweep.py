@@ -383,7 +383,7 @@ def _prepare(
         "sweep": dataclasses.asdict(cfg),
         "utc_offset_s": time.localtime().tm_gmtoff,
         "started_unix_s": time.time(),
-        **profile._provenance(opts.device),
+        **profile.provenance(opts.device),
     }
     harness.configure_numerics(opts)
     workload = harness.prepare_op(spec, opts)
@@ -432,10 +432,10 @@ def run_power_trace(
         json_path: the record to write, after the log.
         power_log: the logging context, called as the profile stage calls its own
             (``(csv_path, device, setting, profile_config, record)``, yielding a reader of
-            the energy counter); default :func:`opcost.profile._power_log`. Tests pass one
+            the energy counter); default :func:`opcost.profile.power_log`. Tests pass one
             that runs the fake ``nvidia-smi``.
     """
-    power_log = power_log or profile._power_log
+    power_log = power_log or profile.power_log
     # Alone on its GPU, as a profiling job is, also next to a profiling run of the study.
     with profile.device_to_itself(profile.resolve_device(gpu.device)) as lock_wait_s:
         record, workload, opts = _prepare("power_trace", gpu, profile_config, cfg)
