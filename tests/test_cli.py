@@ -59,10 +59,15 @@ def test_extract_without_functional_ops(capsys):
     assert out.splitlines()[0].endswith("4 distinct operations, 4 calls")
 
 
-def test_predict_from_an_op_table(capsys, predictors):
-    code, out, err = run(
-        capsys, "predict", "--ops", str(RESNET18_OPS), "--predictors", str(predictors)
+def predict_resnet18(capsys, predictors: Path, *options: str) -> tuple[int, str, str]:
+    """``opcost predict`` of the sample's resnet18 op table with the given predictors."""
+    return run(
+        capsys, "predict", "--ops", str(RESNET18_OPS), "--predictors", str(predictors), *options
     )
+
+
+def test_predict_from_an_op_table(capsys, predictors):
+    code, out, err = predict_resnet18(capsys, predictors)
     assert code == 0, err
     assert out.startswith("resnet18_4x3x64x64: 29 distinct operations, 69 calls")
     assert "best for inference: fastest h100/default" in out
@@ -71,33 +76,13 @@ def test_predict_from_an_op_table(capsys, predictors):
 
 
 def test_predict_csv_and_json(capsys, predictors):
-    code, out, _ = run(
-        capsys,
-        "predict",
-        "--ops",
-        str(RESNET18_OPS),
-        "--predictors",
-        str(predictors),
-        "--format",
-        "csv",
-    )
+    code, out, _ = predict_resnet18(capsys, predictors, "--format", "csv")
     assert code == 0
     table = pd.read_csv(io.StringIO(out))
     assert list(table["mode"]) == ["inference", "training"]
     assert (table["edp_js"] == table["energy_j"] * table["time_s"]).all()
     assert table["best_energy"].all()
-    code, out, _ = run(
-        capsys,
-        "predict",
-        "--ops",
-        str(RESNET18_OPS),
-        "--predictors",
-        str(predictors),
-        "--format",
-        "json",
-        "--mode",
-        "training",
-    )
+    code, out, _ = predict_resnet18(capsys, predictors, "--format", "json", "--mode", "training")
     assert code == 0
     doc = json.loads(out)
     assert [r["mode"] for r in doc["predictions"]] == ["training"]
@@ -118,22 +103,11 @@ def test_predict_says_when_a_choice_lies_within_the_predictors_error(capsys, pre
         scores = {"n": 3, "time_mape_pct": 12.5, "energy_mape_pct": 20.0}
         lono = {"inference": scores, "training": scores}
         (tmp_path / gpu / "metrics.json").write_text(json.dumps({"lono": {"network": lono}}))
-    code, out, err = run(
-        capsys, "predict", "--ops", str(RESNET18_OPS), "--predictors", str(tmp_path)
-    )
+    code, out, err = predict_resnet18(capsys, tmp_path)
     assert code == 0, err
     assert "0 % ahead of twin/default, within the predictors' 12.5 % LONO error" in out
     assert "0 % ahead of twin/default, within the predictors' 20 % LONO error" in out
-    code, out, _ = run(
-        capsys,
-        "predict",
-        "--ops",
-        str(RESNET18_OPS),
-        "--predictors",
-        str(tmp_path),
-        "--format",
-        "json",
-    )
+    code, out, _ = predict_resnet18(capsys, tmp_path, "--format", "json")
     best = [b for b in json.loads(out)["best"] if b["criterion"] == "time"]
     assert [b["margin"] for b in best] == [0.0, 0.0]
     assert all(b["within_error"] is True for b in best)
