@@ -587,6 +587,13 @@ CHOICE_QUANTITIES = (
 )
 
 
+def _pick(values: pd.Series, label: pd.Series) -> tuple[str, float]:
+    """The label of the smallest of at least two values (the first of equals), and its
+    lead: the runner-up over it, less 1."""
+    ranked = values.astype(float).sort_values(kind="stable")
+    return label.loc[ranked.index[0]], ranked.iloc[1] / ranked.iloc[0] - 1.0
+
+
 def configuration_choice(networks: pd.DataFrame) -> pd.DataFrame:
     """Which GPU configuration (and setting) runs each network fastest, and with least energy.
 
@@ -620,12 +627,10 @@ def configuration_choice(networks: pd.DataFrame) -> pd.DataFrame:
                 row[f"{name}_margin"] = float("nan")
                 row[f"{name}_predicted_margin"] = float("nan")
                 continue
-            best, runner_up = np.sort(known[measured].to_numpy(dtype=float))[:2]
-            row[f"{name}_margin"] = runner_up / best - 1.0
-            best, runner_up = np.sort(known[predicted].to_numpy(dtype=float))[:2]
-            row[f"{name}_predicted_margin"] = runner_up / best - 1.0
-            row[f"measured_{name}"] = label.loc[known[measured].idxmin()]
-            row[f"predicted_{name}"] = label.loc[known[predicted].idxmin()]
+            row[f"measured_{name}"], row[f"{name}_margin"] = _pick(known[measured], label)
+            row[f"predicted_{name}"], row[f"{name}_predicted_margin"] = _pick(
+                known[predicted], label
+            )
             row[f"{name}_agrees"] = row[f"measured_{name}"] == row[f"predicted_{name}"]
         row["candidates"] = int(part.dropna(subset=["time_s", "time_pred_s"]).shape[0])
         if row["fastest_agrees"] is not None or row["least_energy_agrees"] is not None:
