@@ -149,18 +149,26 @@ def choice_summary(networks: dict[str, pd.DataFrame]) -> pd.DataFrame:
     return choice.drop(columns="candidates")
 
 
-def tf32_effect() -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Whole networks measured with TF32 off against on, each GPU: per network and mode,
-    and summed up per GPU and mode."""
-    rows = []
+def tf32_pairs() -> dict[str, pd.DataFrame]:
+    """Per GPU, its TF32-off dataset joined to its TF32-on one: each measurement of the
+    off run beside the same measurement (mode, kind, op and network) of the on run,
+    columns suffixed ``_off`` and ``_on``."""
+    pairs = {}
     for gpu in ("h100", "h200"):
         on = pd.read_parquet(REPO / f"{HOPPER}/{gpu}/dataset/{gpu}.parquet")
         off = pd.read_parquet(REPO / f"{HOPPER}/{gpu}-notf32/dataset/{gpu}-notf32.parquet")
-        keys = ["mode", "model_input"]
-        both = off[off["kind"] == "network"].merge(
-            on[on["kind"] == "network"], on=keys, suffixes=("_off", "_on")
-        )
-        for _, r in both.sort_values(keys).iterrows():
+        keys = ["mode", "kind", "op_id", "model_input"]
+        pairs[gpu] = off.merge(on, on=keys, suffixes=("_off", "_on"))
+    return pairs
+
+
+def tf32_effect(pairs: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Whole networks measured with TF32 off against on, each GPU: per network and mode,
+    and summed up per GPU and mode."""
+    rows = []
+    for gpu, both in pairs.items():
+        both = both[both["kind"] == "network"]
+        for _, r in both.sort_values(["mode", "model_input"]).iterrows():
             rows.append(
                 {
                     "gpu": gpu,
@@ -191,19 +199,15 @@ def tf32_effect() -> tuple[pd.DataFrame, pd.DataFrame]:
 TF32_OP_TYPES = ("Conv2d", "Linear", "MultiheadAttention")
 
 
-def remeasurement() -> pd.DataFrame:
+def remeasurement(pairs: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """The ops TF32 does not touch, measured twice per GPU (in the TF32-on run and in the
     TF32-off run, on other hosts and hours apart): how far the two measurements of one
     thing lie apart, for host-bound ops (GPU utilisation under 50 % in either run) and
     GPU-busy ones. This is the measurements' own reproducibility, the floor under the
     sums, LONO and choice figures."""
     rows = []
-    for gpu in ("h100", "h200"):
-        on = pd.read_parquet(REPO / f"{HOPPER}/{gpu}/dataset/{gpu}.parquet")
-        off = pd.read_parquet(REPO / f"{HOPPER}/{gpu}-notf32/dataset/{gpu}-notf32.parquet")
-        both = off[off["kind"] == "op"].merge(
-            on[on["kind"] == "op"], on=["mode", "op_id"], suffixes=("_off", "_on")
-        )
+    for gpu, both in pairs.items():
+        both = both[both["kind"] == "op"]
         both = both[~both["op_type_on"].str.contains("|".join(TF32_OP_TYPES))]
         busy = both[["utilization_gpu_pct_off", "utilization_gpu_pct_on"]].min(axis=1) >= 50
         for (mode, is_busy), part in both.groupby(["mode", busy]):
@@ -270,8 +274,9 @@ def main(argv: list[str] | None = None) -> None:
                 [lono_tables[s] for s in studies],
             )
     print("\nthe same op measured twice: ops TF32 does not touch, in the TF32-on and -off runs")
-    print(remeasurement().to_string(index=False))
-    per_network, summary = tf32_effect()
+    pairs = tf32_pairs()
+    print(remeasurement(pairs).to_string(index=False))
+    per_network, summary = tf32_effect(pairs)
     print("\nTF32 off against on, whole networks (measured time and energy, off/on)")
     print(summary.to_string(index=False))
     print("\nwhere TF32 off costs more than 10 % time or energy")
