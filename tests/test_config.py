@@ -35,13 +35,19 @@ def test_every_shipped_study_config_loads(repo):
     for path in paths:
         study = load_study_file(path)
         assert study.model_inputs, path
-        if path.name == "hopper.yaml":
-            # issue #9: the two Hopper GPUs with TF32 on and off.
+        if path.name in ("hopper.yaml", "hopper-large.yaml"):
+            # issue #9: the two Hopper GPUs with TF32 on and off; eight networks at two
+            # sizes, and the same eight at batch 64.
             assert {name: gpu.tf32 for name, gpu in study.gpus.items()} == {
                 "h100": True,
                 "h200": True,
                 "h100-notf32": False,
                 "h200-notf32": False,
             }
-            assert len(study.model_inputs) == 16
+            models = {mi.model for mi in study.model_inputs}
+            assert len(models) == 8
+            if path.name == "hopper.yaml":
+                assert len(study.model_inputs) == 16
+            else:
+                assert {mi.shape for mi in study.model_inputs} == {(64, 3, 224, 224)}
             assert study.config["profile"]["min_run_time_s"] >= 1.0

@@ -166,34 +166,54 @@ def assert_reevaluation_matches(jsons: list[Path], gpu: str, committed_parquet: 
     return dataset
 
 
-#: The GPU configurations of the issue #9 study, as config/hopper.yaml gives them.
-HOPPER_GPUS = yaml.safe_load(Path("config/hopper.yaml").read_text())["gpus"]
-HOPPER = tuple(HOPPER_GPUS)
+#: The issue #9 studies, each with the GPU configurations its config gives and the
+#: measurements each configuration holds: config/hopper.yaml (batch 1 and 8) and
+#: config/hopper-large.yaml (batch 64, measured with TF32 on and, on the H100, off).
+STUDIES = {
+    "hopper": (yaml.safe_load(Path("config/hopper.yaml").read_text())["gpus"], 1140),
+    "hopper-large": (yaml.safe_load(Path("config/hopper-large.yaml").read_text())["gpus"], 570),
+}
+MEASURED = [
+    (study, gpu)
+    for study, (gpus, _) in STUDIES.items()
+    for gpu in gpus
+    if Path(f"tests/data/{study}/{gpu}/raw_and_logs.tar.gz").exists()
+]
 
 
 @pytest.fixture(scope="module")
-def hopper(tmp_path_factory):
-    """The raw logs of tests/data/hopper (the issue #9 study on the H100 and H200, TF32 on
-    and off), unpacked."""
+def measured(tmp_path_factory):
+    """The raw logs of tests/data/hopper and tests/data/hopper-large (the issue #9
+    studies on the H100 and H200), unpacked."""
     root = tmp_path_factory.mktemp("hopper")
-    for gpu in HOPPER:
-        unpack(f"tests/data/hopper/{gpu}/raw_and_logs.tar.gz", root / gpu)
+    for study, gpu in MEASURED:
+        unpack(f"tests/data/{study}/{gpu}/raw_and_logs.tar.gz", root / study / gpu)
     return root
 
 
-@pytest.mark.parametrize("gpu", HOPPER)
-def test_worker_measurements_match_hand_computation_and_the_committed_dataset(hopper, gpu):
-    raw = hopper / gpu / "results" / "raw" / gpu / "default"
+def test_every_configuration_of_the_small_study_and_three_of_the_large_are_committed():
+    assert [gpu for study, gpu in MEASURED if study == "hopper"] == list(STUDIES["hopper"][0])
+    assert {gpu for study, gpu in MEASURED if study == "hopper-large"} == {
+        "h100",
+        "h200",
+        "h100-notf32",
+    }
+
+
+@pytest.mark.parametrize(("study", "gpu"), MEASURED)
+def test_worker_measurements_match_hand_computation_and_the_committed_dataset(measured, study, gpu):
+    raw = measured / study / gpu / "results" / "raw" / gpu / "default"
     chained = [
         p
         for p in sorted((raw / "training" / "ops").glob("*.json"))
         if json.loads(p.read_text()).get("calls_per_backward") == 16
     ]
     assert chained, "the training ops were measured in chains"
+    small, large = ("64", "64") if study == "hopper-large" else ("1", "8")
     prefixes = [
         str(chained[0])[: -len(".json")],
-        str(raw / "inference" / "networks" / "resnet18_1x3x224x224"),
-        str(raw / "training" / "networks" / "resnet18_8x3x224x224"),
+        str(raw / "inference" / "networks" / f"resnet18_{small}x3x224x224"),
+        str(raw / "training" / "networks" / f"resnet18_{large}x3x224x224"),
     ]
     for prefix in prefixes:
         row = evaluate_measurement(f"{prefix}.json", f"{prefix}.csv")
@@ -202,16 +222,17 @@ def test_worker_measurements_match_hand_computation_and_the_committed_dataset(ho
     record = json.loads(chained[0].read_text())
     assert record["number_per_run"] % record["calls_per_backward"] == 0
     jsons = sorted(Path(raw).rglob("*.json"))
-    assert_reevaluation_matches(jsons, gpu, f"tests/data/hopper/{gpu}/dataset/{gpu}.parquet")
+    assert_reevaluation_matches(jsons, gpu, f"tests/data/{study}/{gpu}/dataset/{gpu}.parquet")
 
 
-@pytest.mark.parametrize("gpu", HOPPER)
-def test_tf32_setting_reaches_every_measurement_of_the_study(hopper, gpu):
-    """Each record says whether TF32 was on, as config/hopper.yaml asks for its GPU
+@pytest.mark.parametrize(("study", "gpu"), MEASURED)
+def test_tf32_setting_reaches_every_measurement_of_the_study(measured, study, gpu):
+    """Each record says whether TF32 was on, as the study's config asks for its GPU
     configuration, and so does every row of the committed dataset."""
-    wanted = HOPPER_GPUS[gpu]["tf32"]
-    jsons = sorted((hopper / gpu / "results" / "raw" / gpu).rglob("*.json"))
-    assert len(jsons) == 1140
+    gpus, n_measurements = STUDIES[study]
+    wanted = gpus[gpu]["tf32"]
+    jsons = sorted((measured / study / gpu / "results" / "raw" / gpu).rglob("*.json"))
+    assert len(jsons) == n_measurements
     assert all(json.loads(p.read_text())["tf32"] is wanted for p in jsons)
-    committed = pd.read_parquet(f"tests/data/hopper/{gpu}/dataset/{gpu}.parquet")
+    committed = pd.read_parquet(f"tests/data/{study}/{gpu}/dataset/{gpu}.parquet")
     assert (committed["tf32"] == wanted).all()
