@@ -5,12 +5,19 @@ import subprocess
 import sys
 from collections import Counter
 
+import pandas as pd
 import pytest
 import torch
 import torchvision
 
 from opcost import spec as specs
-from opcost.extract import ExtractionError, extract_model_input, unique_ops
+from opcost.extract import (
+    ExtractionError,
+    build_model,
+    extract_model_input,
+    extract_ops,
+    unique_ops,
+)
 from opcost.names import ModelInput
 
 CONV = "torch.nn.modules.conv.Conv2d"
@@ -103,6 +110,87 @@ def test_attention_is_one_operation_per_block():
     assert _count(rows, "torch.nn.modules.linear.Linear") == 12 * 2 + 1
 
 
+class _Attend(torch.nn.Module):
+    """Attention over x: self-attention (query, key and value the same tensor), or a
+    projected query."""
+
+    def __init__(self, self_attention: bool):
+        super().__init__()
+        self.mha = torch.nn.MultiheadAttention(16, 2, batch_first=True)
+        self.proj = torch.nn.Linear(16, 16)
+        self.self_attention = self_attention
+
+    def forward(self, x):
+        q = x if self.self_attention else self.proj(x)
+        return self.mha(q, x, x, need_weights=False)[0]
+
+
+def test_one_tensor_passed_several_times_stays_one_input():
+    """MultiheadAttention(x, x, x) runs PyTorch's fused self-attention in inference (it
+    checks query is key is value); three inputs would measure the general path instead."""
+    (mha,) = [s for s in extract_ops(_Attend(True), (2, 5, 16)) if "Multihead" in s["type"]]
+    assert mha["args"] == [{"__tensor__": 0}] * 3
+    assert [i["shape"] for i in mha["inputs"]] == [[2, 5, 16]]
+    (mha,) = [s for s in extract_ops(_Attend(False), (2, 5, 16)) if "Multihead" in s["type"]]
+    assert mha["args"] == [{"__tensor__": 0}, {"__tensor__": 1}, {"__tensor__": 1}]
+    assert len(mha["inputs"]) == 2
+    # vit_b_16's attention is self-attention in all 12 blocks.
+    _, rows = _ops("vit_b_16", (2, 3, 224, 224))
+    ((spec, count),) = [(s, c) for s, c in rows if s["type"].endswith("MultiheadAttention")]
+    assert (spec["args"], len(spec["inputs"]), count) == ([{"__tensor__": 0}] * 3, 1, 12)
+
+
+@pytest.mark.parametrize("model", ["convnext_tiny", "vit_b_16", "shufflenet_v2_x0_5"])
+def test_meta_extraction_records_the_strides_a_real_forward_pass_sees(model):
+    """On meta a convolution's output is contiguous whatever its input; on CPU and CUDA it
+    keeps a channels-last input's format. The recorder corrects that, so every spec, its
+    strides included, is what a real forward pass on the CPU records."""
+    meta = extract_ops(build_model(model), (2, 3, 224, 224))
+    cpu = extract_ops(build_model(model), (2, 3, 224, 224), device="cpu")
+    assert meta == cpu
+    assert any("stride" in i for s in cpu for i in s["inputs"])
+
+
+def test_convnext_runs_channels_last_after_its_stem():
+    """convnext_tiny, by hand: each block and each downsampling layer permutes to
+    channels-last for its LayerNorm and back, so every Conv2d but the stem's (18 depthwise
+    convolutions, 3 downsampling) sees a channels-last input, and each block's LayerNorm a
+    contiguous one. LayerNorm2d sees what comes before it: contiguous after the stem conv
+    and in the classifier (1x1 pixels: both formats at once), channels-last before each of
+    the 3 downsampling convolutions."""
+    _, rows = _ops("convnext_tiny", (2, 3, 224, 224))
+
+    def calls(type_name, channels_last):
+        n = 0
+        for spec, count in rows:
+            if spec["type"] != type_name:
+                continue
+            x = spec["inputs"][0]
+            shape = torch.Size(x["shape"])
+            if channels_last:
+                wanted = torch.empty(shape, memory_format=torch.channels_last).stride()
+                n += count * (x.get("stride") == list(wanted))
+            else:
+                n += count * ("stride" not in x)
+        return n
+
+    assert (calls(CONV, True), calls(CONV, False)) == (18 + 3, 1)
+    assert calls("torch.nn.modules.normalization.LayerNorm", False) == 18
+    norm2d = "torchvision.models.convnext.LayerNorm2d"
+    assert (calls(norm2d, False), calls(norm2d, True)) == (2, 3)
+
+
+@pytest.mark.parametrize("model_input", ["vgg11_8x3x224x224", "squeezenet1_1_8x3x224x224"])
+def test_ops_with_contiguous_inputs_keep_the_op_ids_they_were_measured_under(model_input):
+    """Specs name the strides only of non-contiguous inputs, so a network whose ops all
+    take contiguous tensors keeps the op_ids of the committed study (extracted with the
+    code before strides were recorded): its measurements stay valid."""
+    committed = pd.read_parquet(f"tests/data/hopper/ops/{model_input}.parquet")
+    model, shape = model_input.rsplit("_", 1)
+    fresh = extract_model_input(ModelInput(model, tuple(int(n) for n in shape.split("x"))))
+    assert sorted(fresh["op_id"]) == sorted(committed["op_id"])
+
+
 def test_user_model_from_import_path():
     table, rows = _ops("toymodels.nets:tiny_mlp", (8, 16))
     types = Counter()
@@ -176,7 +264,9 @@ def _run_rebuilt(spec, device):
     return specs.output_specs(out)
 
 
-@pytest.mark.parametrize("model", ["resnet18", "vit_b_16", "toymodels.nets:tiny_mlp"])
+@pytest.mark.parametrize(
+    "model", ["resnet18", "vit_b_16", "convnext_tiny", "toymodels.nets:tiny_mlp"]
+)
 def test_rebuilt_ops_run_on_cpu_with_the_recorded_output_shape(model):
     shape = (8, 16) if ":" in model else (1, 3, 224, 224)
     _, rows = _ops(model, shape)

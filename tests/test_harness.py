@@ -162,6 +162,55 @@ def test_inference_runs_in_eval_mode_without_gradients():
         assert r.module.weight.grad is None
 
 
+#: LayerNorm over the last dimension of a permuted tensor, as in convnext's blocks: a
+#: (2, 6, 6, 8) view of a contiguous (2, 8, 6, 6) tensor.
+PERMUTED_NORM_SPEC = {
+    "kind": "module",
+    "type": "torch.nn.modules.normalization.LayerNorm",
+    "attrs": {"normalized_shape": [8], "eps": 1e-6, "elementwise_affine": True, "bias": True},
+    "args": [{"__tensor__": 0}],
+    "kwargs": {},
+    "inputs": [
+        {"shape": [2, 6, 6, 8], "dtype": "float32", "param": False, "stride": [288, 6, 1, 36]}
+    ],
+    "outputs": [{"shape": [2, 6, 6, 8], "dtype": "float32"}],
+}
+
+
+@pytest.mark.parametrize("mode", ["inference", "training"])
+def test_inputs_have_the_recorded_strides(mode):
+    o = opts(mode)
+    w = harness.prepare_op(PERMUTED_NORM_SPEC, o)
+    _, input_sets = w.keep
+    for inputs in input_sets:
+        (x,) = inputs
+        assert (list(x.shape), list(x.stride())) == ([2, 6, 6, 8], [288, 6, 1, 36])
+        assert x.is_leaf
+        assert x.requires_grad == (mode == "training")
+    grads = []
+    if mode == "training":
+        input_sets[0][0].register_hook(lambda g: grads.append(g.shape))
+    t = harness.measure(w, o)
+    assert t.iterations > 0
+    # Training: the backward pass reaches the strided input.
+    assert t.backward == bool(grads) == (mode == "training")
+
+
+def test_self_attention_is_measured_on_pytorchs_self_attention_path():
+    """vit_b_16's attention spec (query, key and value one tensor): in inference the
+    measured calls run PyTorch's fused self-attention, as the network does."""
+    from torch.profiler import profile as torch_profile
+
+    table = extract_model_input(ModelInput("vit_b_16", (1, 3, 224, 224)))
+    (spec,) = [json.loads(s) for s in table["spec"] if "MultiheadAttention" in s]
+    o = opts("inference")
+    w = harness.prepare_op(spec, o)
+    with torch_profile() as prof:
+        harness.measure(w, o)
+    names = {e.name for e in prof.events()}
+    assert "aten::_native_multi_head_attention" in names
+
+
 def test_block_cycles_through_distinct_instances():
     o = opts("inference", block_size=4)
     w = harness.prepare_op(CONV_SPEC, o)

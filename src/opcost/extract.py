@@ -137,7 +137,7 @@ class _Recorder(TorchFunctionMode):
     # -- functional calls ---------------------------------------------------------------
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        result = func(*args, **kwargs)
+        result = _with_conv_memory_format(func, args, func(*args, **kwargs))
         if self.functional_ops and self.stack:
             name = resolve_name(func)
             if name is not None and not _METADATA.search(name) and _has_tensor(result):
@@ -147,6 +147,39 @@ class _Recorder(TorchFunctionMode):
                 else:
                     self.stack[-1].pending.append(spec)
         return result
+
+
+#: Convolutions: on CPU and CUDA their output takes the memory format of their input
+#: (cuDNN and oneDNN run channels-last convolutions channels-last); on ``meta`` it is
+#: always contiguous.
+_CONVOLUTIONS = {
+    torch.conv1d,
+    torch.conv2d,
+    torch.conv3d,
+    torch.conv_transpose1d,
+    torch.conv_transpose2d,
+    torch.conv_transpose3d,
+    torch.convolution,
+}
+
+
+def _with_conv_memory_format(func: Any, args: tuple, result: Any) -> Any:
+    """A convolution's output on ``meta`` in the memory format CPU and CUDA give it, so that
+    the ops after it are recorded with the strides they see on a GPU (convnext's blocks
+    run channels-last from their first permute on)."""
+    if (
+        func in _CONVOLUTIONS
+        and isinstance(result, torch.Tensor)
+        and result.device.type == "meta"
+        and args
+        and isinstance(args[0], torch.Tensor)
+        and result.dim() == args[0].dim()
+        and result.dim() in (4, 5)
+    ):
+        fmt = torch.channels_last if result.dim() == 4 else torch.channels_last_3d
+        if args[0].is_contiguous(memory_format=fmt) and not args[0].is_contiguous():
+            return result.contiguous(memory_format=fmt)
+    return result
 
 
 def _has_tensor(x: Any) -> bool:

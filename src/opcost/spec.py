@@ -73,6 +73,11 @@ def encode_value(value: Any, tensors: list[torch.Tensor], mark_tuples: bool = Fa
     ``_SKIP`` for values that have no JSON form (callables, modules, ...).
     """
     if isinstance(value, torch.Tensor):
+        # One tensor passed several times stays one input: PyTorch takes other paths for
+        # it (MultiheadAttention's fused self-attention needs query is key is value).
+        for i, seen in enumerate(tensors):
+            if seen is value:
+                return {TENSOR: i}
         tensors.append(value)
         return {TENSOR: len(tensors) - 1}
     if value is None or isinstance(value, bool | int | str):
@@ -190,11 +195,17 @@ def _width_from_children(module: torch.nn.Module, name: str, param: inspect.Para
 
 
 def tensor_spec(t: torch.Tensor) -> dict[str, Any]:
-    return {
+    """Shape, dtype, whether a parameter, and the strides of a non-contiguous tensor (a
+    permuted or channels-last view runs other kernels than a contiguous one). A contiguous
+    tensor has no ``stride`` key, so its spec and op_id are those of earlier versions."""
+    spec = {
         "shape": list(t.shape),
         "dtype": dtype_name(t.dtype),
         "param": isinstance(t, torch.nn.Parameter),
     }
+    if not t.is_contiguous():
+        spec["stride"] = list(t.stride())
+    return spec
 
 
 def output_specs(output: Any) -> list[dict[str, Any]]:
@@ -358,17 +369,31 @@ def random_inputs(
     requires_grad: bool = False,
     generator: torch.Generator | None = None,
 ) -> list[torch.Tensor]:
-    """Random tensors of the spec's input shapes (floating inputs cast to ``float_dtype``)."""
+    """Random tensors of the spec's input shapes (floating inputs cast to ``float_dtype``),
+    with the recorded strides where an input was not contiguous."""
     out = []
     for inp in spec["inputs"]:
+        shape, stride = inp["shape"], inp.get("stride")
+        # A strided input is a view of a buffer just large enough for its strides.
+        size = [_storage_numel(shape, stride)] if stride is not None else shape
         dtype = dtype_from_name(inp["dtype"])
         if dtype.is_floating_point:
             dtype = float_dtype or dtype
-            t = torch.randn(inp["shape"], dtype=dtype, device=device, generator=generator)
-            t.requires_grad_(requires_grad)
+            t = torch.randn(size, dtype=dtype, device=device, generator=generator)
         elif dtype == torch.bool:
-            t = torch.randint(0, 2, inp["shape"], device=device, generator=generator).bool()
+            t = torch.randint(0, 2, size, device=device, generator=generator).bool()
         else:
-            t = torch.randint(0, 2, inp["shape"], dtype=dtype, device=device, generator=generator)
+            t = torch.randint(0, 2, size, dtype=dtype, device=device, generator=generator)
+        if stride is not None:
+            t = t.as_strided(shape, stride).detach()
+        if dtype.is_floating_point:
+            t.requires_grad_(requires_grad)
         out.append(t)
     return out
+
+
+def _storage_numel(shape: Sequence[int], stride: Sequence[int]) -> int:
+    """Elements a buffer needs to hold a view of this shape and these strides."""
+    if any(n == 0 for n in shape):
+        return 0
+    return 1 + sum((n - 1) * s for n, s in zip(shape, stride, strict=True))
