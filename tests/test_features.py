@@ -121,6 +121,19 @@ def test_attributes_apply_or_not():
     assert (conv["attr_bias_0"], lin["attr_bias_0"]) == (0, 1)
 
 
+def test_strided_inputs_counts_the_inputs_given_with_strides():
+    """A channels-last convolution and a contiguous one of the same shape run other
+    kernels: the feature tells them apart, and the shape entries stay the same."""
+    channels_last = conv_spec()
+    channels_last["inputs"][0]["stride"] = list(
+        torch.empty(32, 16, 256, 256, device="meta", memory_format=torch.channels_last).stride()
+    )
+    schema = FeatureSchema(op_types=(CONV, LINEAR))
+    x = encode_features(rows(conv_spec(), channels_last, linear_spec()), schema)
+    assert x["strided_inputs"].tolist() == [0, 1, 0]
+    assert shape_entries(x.iloc[0], 0, 5) == shape_entries(x.iloc[1], 0, 5)
+
+
 def test_integer_kernel_is_broadcast_over_spatial_dims():
     pool = {
         "kind": "module",
@@ -209,7 +222,14 @@ def test_multihead_attention_parameters_match_pytorch():
         "outputs": [{"shape": [2, 197, 768], "dtype": "float32"}],
     }
     expected = sum(p.numel() for p in mha.parameters())  # 2,362,368
-    assert op_counts(specs.canonical_json(spec))["params"] == expected
+    counts = op_counts(specs.canonical_json(spec))
+    assert counts["params"] == expected
+    # Self-attention as extraction records it (one input, named three times): the same
+    # FLOPs and parameters, one input's elements.
+    one = {**spec, "args": [{"__tensor__": 0}] * 3, "inputs": spec["inputs"][:1]}
+    counts_one = op_counts(specs.canonical_json(one))
+    assert (counts_one["flops"], counts_one["params"]) == (counts["flops"], expected)
+    assert counts_one["input_numel"] == counts["input_numel"] / 3
 
 
 @pytest.mark.parametrize("kind", ["Conv2d", "Linear"])

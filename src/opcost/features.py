@@ -10,7 +10,9 @@ The vector, in column order (:meth:`FeatureSchema.columns`):
 
 * ``type[<op type>]``: one-hot operation type, over the types of the training data. A
   type the model never saw encodes as all zeros (and :mod:`opcost.predict` flags it).
-* ``is_module``: 1 for a module, 0 for a functional op; ``n_inputs``: tensor inputs.
+* ``is_module``: 1 for a module, 0 for a functional op; ``n_inputs``: tensor inputs;
+  ``strided_inputs``: those of them not contiguous (a permuted or channels-last view,
+  which runs other kernels than a contiguous tensor of the same shape).
 * ``in{i}_d{j}`` and ``in{i}_d{j}_flag``: dimension j of tensor input i (all inputs in
   call order, the first :attr:`FeatureSchema.n_inputs` of them), padded to
   :attr:`FeatureSchema.max_dims`. An input with more dimensions keeps its first
@@ -49,7 +51,7 @@ import numpy as np
 import pandas as pd
 
 #: Bump when the encoding changes: a model trained with another version is refused.
-FEATURES_VERSION = 1
+FEATURES_VERSION = 2
 NOT_APPLICABLE = -1.0
 
 #: Attributes encoded for every op: (name, number of components). Chosen, as in the
@@ -127,7 +129,7 @@ class FeatureSchema:
     def columns(self) -> list[str]:
         """Feature names, in the order of the vector."""
         cols = [f"type[{t}]" for t in self.op_types]
-        cols += ["is_module", "n_inputs"]
+        cols += ["is_module", "n_inputs", "strided_inputs"]
         for i in range(self.n_inputs):
             for j in range(self.max_dims):
                 cols += [f"in{i}_d{j}", f"in{i}_d{j}_flag"]
@@ -322,7 +324,11 @@ def _op_vector(spec_json: str, schema: FeatureSchema) -> tuple[np.ndarray, np.nd
         onehot[type_index[spec["type"]]] = 1.0
     values += onehot
     inputs = spec.get("inputs", [])
-    values += [1.0 if spec["kind"] == "module" else 0.0, float(len(inputs))]
+    values += [
+        1.0 if spec["kind"] == "module" else 0.0,
+        float(len(inputs)),
+        float(sum("stride" in inp for inp in inputs)),
+    ]
 
     def pair(v: float | None) -> list[float]:
         return [NOT_APPLICABLE, 0.0] if v is None else [float(v), 1.0]
