@@ -18,7 +18,7 @@ For each committed study (tests/data/<name>: dataset, op tables) it prints:
   where they agree, over all cases and over those where the measured best wins by more
   than 10 %;
 - how far two measurements of the same op lie apart: the ops TF32 does not touch,
-  measured in both the TF32-on and the TF32-off run of each GPU;
+  measured in both the TF32-on and the TF32-off run of a GPU (TF32_PAIRS);
 - the measured effect of TF32 on whole networks.
 
 The README's accuracy table is what this prints (with GPU and date from each study's
@@ -44,6 +44,7 @@ from opcost.validate import (
 
 REPO = Path(__file__).resolve().parents[1]
 HOPPER = "tests/data/hopper"
+HOPPER_LARGE = "tests/data/hopper-large"
 STUDIES = {
     # name: (dataset directory, GPU configuration, study config for the train section,
     #        directory of the op tables)
@@ -68,6 +69,15 @@ STUDIES = {
         )
         for gpu in ("h100", "h200", "h100-notf32", "h200-notf32")
     },
+    **{
+        f"{gpu} hopper-large (8 families x 64)": (
+            f"{HOPPER_LARGE}/{gpu}",
+            gpu,
+            "config/hopper-large.yaml",
+            f"{HOPPER_LARGE}/ops",
+        )
+        for gpu in ("h100", "h200", "h100-notf32")
+    },
 }
 #: Studies of one set of networks on several GPU configurations: the choice among them.
 CHOICES = {
@@ -78,6 +88,13 @@ CHOICES = {
     ),
     "hopper, four configurations (h100, h200, TF32 on and off)": tuple(
         f"{gpu} hopper (8 families x 2)" for gpu in ("h100", "h200", "h100-notf32", "h200-notf32")
+    ),
+    "hopper-large, h100 vs h200 (TF32 on)": (
+        "h100 hopper-large (8 families x 64)",
+        "h200 hopper-large (8 families x 64)",
+    ),
+    "hopper-large, three configurations (h100, h200, h100 TF32 off)": tuple(
+        f"{gpu} hopper-large (8 families x 64)" for gpu in ("h100", "h200", "h100-notf32")
     ),
 }
 #: A measured best that beats the runner-up by less than this is within the run-to-run
@@ -149,29 +166,38 @@ def choice_summary(networks: dict[str, pd.DataFrame]) -> pd.DataFrame:
     return choice.drop(columns="candidates")
 
 
+#: GPU configurations measured with TF32 on and off in one study: (label, study directory,
+#: GPU configuration with TF32 on; the one with it off is named ``{gpu}-notf32``).
+TF32_PAIRS = (
+    ("h100, batch 1 and 8", HOPPER, "h100"),
+    ("h200, batch 1 and 8", HOPPER, "h200"),
+    ("h100, batch 64", HOPPER_LARGE, "h100"),
+)
+
+
 def tf32_pairs() -> dict[str, pd.DataFrame]:
-    """Per GPU, its TF32-off dataset joined to its TF32-on one: each measurement of the
-    off run beside the same measurement (mode, kind, op and network) of the on run,
-    columns suffixed ``_off`` and ``_on``."""
+    """Per pair of TF32_PAIRS, the TF32-off dataset joined to the TF32-on one: each
+    measurement of the off run beside the same measurement (mode, kind, op and network) of
+    the on run, columns suffixed ``_off`` and ``_on``."""
     pairs = {}
-    for gpu in ("h100", "h200"):
-        on = pd.read_parquet(REPO / f"{HOPPER}/{gpu}/dataset/{gpu}.parquet")
-        off = pd.read_parquet(REPO / f"{HOPPER}/{gpu}-notf32/dataset/{gpu}-notf32.parquet")
+    for label, study, gpu in TF32_PAIRS:
+        on = pd.read_parquet(REPO / f"{study}/{gpu}/dataset/{gpu}.parquet")
+        off = pd.read_parquet(REPO / f"{study}/{gpu}-notf32/dataset/{gpu}-notf32.parquet")
         keys = ["mode", "kind", "op_id", "model_input"]
-        pairs[gpu] = off.merge(on, on=keys, suffixes=("_off", "_on"))
+        pairs[label] = off.merge(on, on=keys, suffixes=("_off", "_on"))
     return pairs
 
 
 def tf32_effect(pairs: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Whole networks measured with TF32 off against on, each GPU: per network and mode,
-    and summed up per GPU and mode."""
+    """Whole networks measured with TF32 off against on, each pair of TF32_PAIRS: per
+    network and mode, and summed up per pair and mode."""
     rows = []
-    for gpu, both in pairs.items():
+    for pair, both in pairs.items():
         both = both[both["kind"] == "network"]
         for _, r in both.sort_values(["mode", "model_input"]).iterrows():
             rows.append(
                 {
-                    "gpu": gpu,
+                    "pair": pair,
                     "mode": r["mode"],
                     "model_input": r["model_input"],
                     "time on ms": round(1e3 * r["time_s_on"], 2),
@@ -181,7 +207,7 @@ def tf32_effect(pairs: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFr
             )
     per_network = pd.DataFrame(rows)
     summary = (
-        per_network.groupby(["gpu", "mode"])
+        per_network.groupby(["pair", "mode"])
         .agg(
             networks=("model_input", "size"),
             time_median=("time off/on", "median"),
@@ -200,13 +226,14 @@ TF32_OP_TYPES = ("Conv2d", "Linear", "MultiheadAttention")
 
 
 def remeasurement(pairs: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """The ops TF32 does not touch, measured twice per GPU (in the TF32-on run and in the
-    TF32-off run, on other hosts and hours apart): how far the two measurements of one
+    """The ops TF32 does not touch, measured twice per pair of TF32_PAIRS (in the TF32-on
+    run and in the TF32-off run: at batch 1 and 8 on other hosts and hours apart, at batch
+    64 on one host minutes apart): how far the two measurements of one
     thing lie apart, for host-bound ops (GPU utilisation under 50 % in either run) and
     GPU-busy ones. This is the measurements' own reproducibility, the floor under the
     sums, LONO and choice figures."""
     rows = []
-    for gpu, both in pairs.items():
+    for pair, both in pairs.items():
         both = both[both["kind"] == "op"]
         both = both[~both["op_type_on"].str.contains("|".join(TF32_OP_TYPES))]
         busy = both[["utilization_gpu_pct_off", "utilization_gpu_pct_on"]].min(axis=1) >= 50
@@ -215,7 +242,7 @@ def remeasurement(pairs: dict[str, pd.DataFrame]) -> pd.DataFrame:
             energy_ratio = part["energy_j_off"] / part["energy_j_on"]
             rows.append(
                 {
-                    "gpu": gpu,
+                    "pair": pair,
                     "mode": mode,
                     "ops": "GPU-busy" if is_busy else "host-bound",
                     "n": len(part),
