@@ -37,6 +37,15 @@ differently than inside the network (no overlap with kernels queued ahead); its 
 though, is the same. ``gpu_busy_rel_diff`` near 0 with a large ``time_rel_diff`` says
 the decomposition holds on the GPU and the difference is the host's.
 
+In a network the host issues the next kernels while the GPU still runs the ones queued
+before, so its time is nearer the larger of the two shares than their sum. The *overlap
+estimate* takes each operation's time apart into GPU-busy and host-only time and sums
+each: ``time_overlap_sum_s = max(sum_i c_i t_i u_i, sum_i c_i t_i (1 - u_i))``. In
+training at batch 64 (``tests/data/hopper-large``) it lands within a median 1.5 to 4.3 %
+of the measured networks where the plain sum misses by 13 to 19 %. In inference, and at
+batch 1 and 8, it does no better than the plain sum or worse (utilisation is sampled
+coarsely, and an op alone leaves the GPU idle in ways the network does not).
+
 The sigmas are those of the dataset: sigma_time_s is the spread of the per-iteration time
 between timed blocks (not the error of its mean), and sigma_energy_j holds the power spread
 only (3.5, 3.9), not the time's. z therefore says whether a difference is larger than the
@@ -71,6 +80,9 @@ gpu_busy_sum_s           s      sum_i c_i time_s_i utilization_i / 100 (NaN with
                                  utilization: time-only data)
 gpu_busy_measured_s      s      the network's time_s times its utilization / 100
 gpu_busy_rel_diff        --     gpu_busy_sum_s / gpu_busy_measured_s - 1
+time_overlap_sum_s       s      max(gpu_busy_sum_s, time_sum_s - gpu_busy_sum_s): the
+                                 overlap estimate of the network's time
+time_overlap_rel_diff    --     time_overlap_sum_s / time_measured_s - 1
 power_measured_w         W      the network's ``power_w``
 sigma_power_measured_w   W      its ``sigma_power_w``
 sm_clock_mhz             MHz    measured SM clock during the network measurement
@@ -290,6 +302,9 @@ def _validation_row(part: pd.DataFrame, measured_ops: pd.DataFrame, net: pd.Seri
         _net_value(net, "time_s") * _net_value(net, "utilization_gpu_pct") / 100
     )
     row["gpu_busy_rel_diff"] = _ratio(row["gpu_busy_sum_s"], row["gpu_busy_measured_s"]) - 1
+    host_only = row["time_sum_s"] - row["gpu_busy_sum_s"]
+    row["time_overlap_sum_s"] = max(row["gpu_busy_sum_s"], host_only)  # NaN without utilization
+    row["time_overlap_rel_diff"] = _ratio(row["time_overlap_sum_s"], _net_value(net, "time_s")) - 1
     for quantity, unit in (("time", "s"), ("energy", "j")):
         measured = _net_value(net, f"{quantity}_{unit}")
         sigma_measured = _net_value(net, f"sigma_{quantity}_{unit}")
@@ -358,6 +373,8 @@ _VALIDATION_DTYPES = {
     "gpu_busy_sum_s": "float64",
     "gpu_busy_measured_s": "float64",
     "gpu_busy_rel_diff": "float64",
+    "time_overlap_sum_s": "float64",
+    "time_overlap_rel_diff": "float64",
     "power_measured_w": "float64",
     "sigma_power_measured_w": "float64",
     "sm_clock_mhz": "float64",
