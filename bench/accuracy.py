@@ -7,7 +7,8 @@ For each committed study (tests/data/<name>: dataset, op tables) it prints:
 - dataset validation: per mode, how many model-input sets' summed operations are within
   5 % of the measured network in time and in energy, and the median |difference|; the
   same for GPU-busy time (time x nvidia-smi's utilisation: the GPU's share of the time,
-  ``gpu_busy_rel_diff`` of ``opcost.validate.dataset_validation``), within 10 %;
+  ``gpu_busy_rel_diff`` of ``opcost.validate.dataset_validation``), within 10 %; and the
+  overlap estimate of the network's time (``time_overlap_rel_diff``), within 5 %;
 - leave-one-network-out (LONO) mean absolute percentage error of whole-network time and
   energy per mode, from training the study's predictor afresh (``opcost.train``, the
   defaults of ``config/config.yaml`` unless the study has its own config), which takes a
@@ -124,6 +125,10 @@ def validation_summary(directory: Path, gpu: str, ops: Path) -> pd.DataFrame:
                 "GPU-busy within 10 %": int((part["gpu_busy_rel_diff"].abs() < 0.10).sum()),
                 "median |GPU-busy diff| %": round(
                     100 * part["gpu_busy_rel_diff"].abs().median(), 1
+                ),
+                "overlap time within 5 %": int((part["time_overlap_rel_diff"].abs() < 0.05).sum()),
+                "median |overlap time diff| %": round(
+                    100 * part["time_overlap_rel_diff"].abs().median(), 1
                 ),
             }
         )
