@@ -250,3 +250,30 @@ def test_changing_a_training_hyperparameter_reruns_no_measurement(study_copy: Pa
     # nothing upstream of it: no extraction, no profiling, no evaluation.
     assert scheduled == {"train"} | downstream_rules(rulegraph, "train")
     assert not scheduled & MEASUREMENT_RULES
+
+
+@pytest.mark.slow
+def test_a_new_spec_version_reruns_extraction_and_no_valid_measurement(study_copy: Path) -> None:
+    """An opcost whose extraction records more (a new ``opcost.spec.SPEC_VERSION``, as a
+    user gets on upgrading) reruns the extract jobs: their tables would otherwise stay
+    those of the old version. Ops whose spec did not change keep their op_id, so no raw
+    file is measured again. The new version is simulated by a sitecustomize module that
+    raises SPEC_VERSION before the workflow reads it."""
+    from opcost.spec import SPEC_VERSION
+
+    (study_copy.parent / "sitecustomize.py").write_text(
+        f"import opcost.spec\nopcost.spec.SPEC_VERSION = {SPEC_VERSION + 1}\n"
+    )
+    configfile = write_study(study_copy, BASE_STUDY)
+    dry = snakemake(study_copy, "--dry-run", "--configfile", configfile)
+    log = dry.stdout + dry.stderr
+    extracted = [wc["model_input"] for rule, wc in scheduled_jobs(log) if rule == "extract"]
+    assert sorted(extracted) == sorted(BASE_NETWORKS)
+    assert re.search(r"rule extract:\n(?:.*\n)*?\s*reason: Params have changed", log)
+
+    before = raw_files(study_copy)
+    ran = snakemake(study_copy, "--cores", "2", "--configfile", configfile)
+    jobs = {rule for rule, _ in scheduled_jobs(ran.stdout + ran.stderr)}
+    assert {"extract", "unique_ops"} <= jobs
+    assert not jobs & PROFILING_RULES
+    assert raw_files(study_copy) == before

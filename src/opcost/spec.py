@@ -40,6 +40,13 @@ _PRESENCE_ATTRS = {
 }
 
 
+#: What extraction records, versioned. The extract rule takes it as a parameter, so a
+#: version that records more reruns extraction; only ops whose spec changed get a new
+#: op_id and are profiled. 2: one tensor passed several times is one input; strides of
+#: non-contiguous inputs; convolutions on meta keep their input's memory format.
+SPEC_VERSION = 2
+
+
 class SpecError(ValueError):
     """A spec cannot be built or rebuilt."""
 

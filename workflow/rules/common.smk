@@ -7,6 +7,7 @@ from opcost.names import (
     SETTING_PATTERN,
 )
 from opcost import workflow as wf
+from opcost.spec import SPEC_VERSION
 
 # Schema checks ran in the Snakefile; this adds the checks of meaning (model names,
 # shapes, settings, safe names) so a bad config fails before any job starts.

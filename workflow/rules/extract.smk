@@ -9,6 +9,8 @@ rule extract:
         model=lambda wildcards: MODEL_INPUTS[wildcards.model_input].model,
         shape=lambda wildcards: list(MODEL_INPUTS[wildcards.model_input].shape),
         functional_ops=config["extract"]["functional_ops"],
+        # A new version of what a spec records reruns extraction (opcost.spec).
+        spec_version=SPEC_VERSION,
     script:
         "../scripts/extract.py"
 
