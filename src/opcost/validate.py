@@ -302,9 +302,6 @@ def _validation_row(part: pd.DataFrame, measured_ops: pd.DataFrame, net: pd.Seri
         _net_value(net, "time_s") * _net_value(net, "utilization_gpu_pct") / 100
     )
     row["gpu_busy_rel_diff"] = _ratio(row["gpu_busy_sum_s"], row["gpu_busy_measured_s"]) - 1
-    host_only = row["time_sum_s"] - row["gpu_busy_sum_s"]
-    row["time_overlap_sum_s"] = max(row["gpu_busy_sum_s"], host_only)  # NaN without utilization
-    row["time_overlap_rel_diff"] = _ratio(row["time_overlap_sum_s"], _net_value(net, "time_s")) - 1
     for quantity, unit in (("time", "s"), ("energy", "j")):
         measured = _net_value(net, f"{quantity}_{unit}")
         sigma_measured = _net_value(net, f"sigma_{quantity}_{unit}")
@@ -318,6 +315,9 @@ def _validation_row(part: pd.DataFrame, measured_ops: pd.DataFrame, net: pd.Seri
         )
         for k, v in compared.items():
             row[f"{quantity}_{k}"] = v
+    host_only = row["time_sum_s"] - row["gpu_busy_sum_s"]
+    row["time_overlap_sum_s"] = max(row["gpu_busy_sum_s"], host_only)  # NaN without utilization
+    row["time_overlap_rel_diff"] = _ratio(row["time_overlap_sum_s"], row["time_measured_s"]) - 1
     row["power_measured_w"] = _net_value(net, "power_w")
     row["sigma_power_measured_w"] = _net_value(net, "sigma_power_w")
     for column in (
