@@ -208,7 +208,7 @@ def extract_ops(
     for module in net.modules():
         handles.append(module.register_forward_pre_hook(recorder.pre_hook, with_kwargs=True))
         handles.append(module.register_forward_hook(recorder.post_hook, with_kwargs=True))
-    x = torch.empty(shape, device=device) if device == "meta" else torch.randn(shape)
+    x = torch.empty(shape, device=device) if device == "meta" else torch.randn(shape, device=device)
     try:
         with torch.no_grad(), recorder:
             net(x)
