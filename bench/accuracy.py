@@ -77,7 +77,7 @@ STUDIES = {
             "config/hopper-large.yaml",
             f"{HOPPER_LARGE}/ops",
         )
-        for gpu in ("h100", "h200", "h100-notf32")
+        for gpu in ("h100", "h200", "h100-notf32", "h200-notf32")
     },
 }
 #: Studies of one set of networks on several GPU configurations: the choice among them.
@@ -94,8 +94,9 @@ CHOICES = {
         "h100 hopper-large (8 families x 64)",
         "h200 hopper-large (8 families x 64)",
     ),
-    "hopper-large, three configurations (h100, h200, h100 TF32 off)": tuple(
-        f"{gpu} hopper-large (8 families x 64)" for gpu in ("h100", "h200", "h100-notf32")
+    "hopper-large, four configurations (h100, h200, TF32 on and off)": tuple(
+        f"{gpu} hopper-large (8 families x 64)"
+        for gpu in ("h100", "h200", "h100-notf32", "h200-notf32")
     ),
 }
 #: A measured best that beats the runner-up by less than this is within the run-to-run
@@ -177,6 +178,7 @@ TF32_PAIRS = (
     ("h100, batch 1 and 8", HOPPER, "h100"),
     ("h200, batch 1 and 8", HOPPER, "h200"),
     ("h100, batch 64", HOPPER_LARGE, "h100"),
+    ("h200, batch 64", HOPPER_LARGE, "h200"),
 )
 
 
