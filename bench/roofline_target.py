@@ -10,7 +10,7 @@ out. Here the forest fits ``log(time_s / t_ref)`` with ``t_ref = max(flops / F, 
 forest's output: the trees learn an efficiency, and size enters through ``t_ref``. Power
 is fitted as in ``opcost.train``. Prints the LONO table of ``bench/accuracy.py`` for the
 studies at batch 64 and at batch 1 and 8, H100 and H200, TF32 on (about 5 minutes on 2
-cores). Results of 2026-11-22 are in docs/validation.md.
+cores). Results: docs/validation.md.
 """
 
 from __future__ import annotations
