@@ -46,6 +46,8 @@ from opcost.validate import (
 REPO = Path(__file__).resolve().parents[1]
 HOPPER = "tests/data/hopper"
 HOPPER_LARGE = "tests/data/hopper-large"
+#: The GPU configurations both issue #9 studies were measured on.
+HOPPER_GPUS = ("h100", "h200", "h100-notf32", "h200-notf32")
 STUDIES = {
     # name: (dataset directory, GPU configuration, study config for the train section,
     #        directory of the op tables)
@@ -68,7 +70,7 @@ STUDIES = {
             "config/hopper.yaml",
             f"{HOPPER}/ops",
         )
-        for gpu in ("h100", "h200", "h100-notf32", "h200-notf32")
+        for gpu in HOPPER_GPUS
     },
     **{
         f"{gpu} hopper-large (8 families x 64)": (
@@ -77,7 +79,7 @@ STUDIES = {
             "config/hopper-large.yaml",
             f"{HOPPER_LARGE}/ops",
         )
-        for gpu in ("h100", "h200", "h100-notf32", "h200-notf32")
+        for gpu in HOPPER_GPUS
     },
 }
 #: Studies of one set of networks on several GPU configurations: the choice among them.
@@ -88,15 +90,14 @@ CHOICES = {
         "h200 hopper (8 families x 2)",
     ),
     "hopper, four configurations (h100, h200, TF32 on and off)": tuple(
-        f"{gpu} hopper (8 families x 2)" for gpu in ("h100", "h200", "h100-notf32", "h200-notf32")
+        f"{gpu} hopper (8 families x 2)" for gpu in HOPPER_GPUS
     ),
     "hopper-large, h100 vs h200 (TF32 on)": (
         "h100 hopper-large (8 families x 64)",
         "h200 hopper-large (8 families x 64)",
     ),
     "hopper-large, four configurations (h100, h200, TF32 on and off)": tuple(
-        f"{gpu} hopper-large (8 families x 64)"
-        for gpu in ("h100", "h200", "h100-notf32", "h200-notf32")
+        f"{gpu} hopper-large (8 families x 64)" for gpu in HOPPER_GPUS
     ),
 }
 #: A measured best that beats the runner-up by less than this is within the run-to-run
