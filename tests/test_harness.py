@@ -251,6 +251,55 @@ def test_network_workload_both_modes():
     assert net[0].weight.grad is not None
 
 
+def _small_vit():
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    # vit_b_16's architecture and initialisation (a head of zeros), at a size a CPU runs.
+    torch.manual_seed(0)
+    return VisionTransformer(
+        image_size=32, patch_size=16, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32
+    )
+
+
+def _first_layer_gradient(net, workload):
+    workload.step()
+    return net.conv_proj.weight.grad
+
+
+def test_a_network_at_initialisation_stops_its_own_backward_pass():
+    # Why the harness steps off the initialisation: with the head of zeros, nothing
+    # behind it gets a gradient, so a backward pass multiplies zeros.
+    net = _small_vit()
+    x = torch.randn(2, 3, 32, 32, requires_grad=True)
+    net(x).backward(torch.randn(2, 1000))
+    assert torch.count_nonzero(net.conv_proj.weight.grad) == 0
+    assert torch.count_nonzero(x.grad) == 0
+
+
+def test_a_network_in_training_is_measured_off_its_initialisation():
+    net = _small_vit()
+    before = {n: p.detach().clone() for n, p in net.named_parameters()}
+    workload = harness.prepare_network(net, (2, 3, 32, 32), opts("training"))
+    grad = _first_layer_gradient(net, workload)
+    # Every weight of the first layer now gets a gradient ...
+    assert torch.count_nonzero(grad) == grad.numel()
+    # ... because the head left zero, by one step of LEAVE_INIT_STEP against the sign of
+    # its gradient; no parameter moved further.
+    head = net.heads.head.weight.detach()
+    assert torch.count_nonzero(head) > 0.9 * head.numel()
+    moved = head[head != 0].abs()
+    assert torch.allclose(moved, torch.full_like(moved, harness.LEAVE_INIT_STEP))
+    for name, p in net.named_parameters():
+        moved = (p.detach() - before[name]).abs().max().item()
+        assert moved <= harness.LEAVE_INIT_STEP * (1 + 1e-6), name
+
+
+def test_a_network_in_inference_keeps_its_initialisation():
+    net = _small_vit()
+    harness.prepare_network(net, (2, 3, 32, 32), opts("inference"))
+    assert torch.count_nonzero(net.heads.head.weight) == 0
+
+
 def _job(tmp_path, spec=CONV_SPEC, mode="inference", **kw):
     return profile.profile_job(
         kind="op",

@@ -29,7 +29,18 @@ Algorithm (thesis 3.2):
    untimed warm-up runs that ``Timer.timeit`` adds before every block, so that the
    wall-clock window of the timed region (which cuts the power log and brackets the
    energy counter) holds timed work only.
-5. Python's cyclic garbage collector is off from the warm-up to the end of the timed
+5. A whole network in training is measured one step away from its initialisation: before
+   the warm-up, one forward and backward pass, and every parameter moves by
+   ``LEAVE_INIT_STEP`` against the sign of its gradient (Adam's first step at that
+   learning rate). A network in training has left its initial values, and some
+   initialisations stop the backward pass: torchvision's vit_b_16 starts with a head of
+   zeros, so every gradient behind it is zero and its backward matrix products multiply
+   zeros. That takes the same time as real training but less power (at 64x3x224x224,
+   14 % less on an H100, 12 % on an H200; ``bench/init_power.py``), while its ops,
+   rebuilt with random weights, are measured on random gradients. The step moves no
+   parameter by more than 0.001; for networks without such an initialisation it changes
+   power by less than two measurements of one condition differ.
+6. Python's cyclic garbage collector is off from the warm-up to the end of the timed
    region, as ``timeit`` has it: a collection in a process with a large heap (Snakemake's
    DAG) stalls a block for tens of milliseconds.
 """
@@ -58,6 +69,9 @@ MIN_WARMUP_ITERATIONS = 3
 TRAINING_CHAIN_CALLS = 16
 #: Parameters a training block may hold to give each call of a chain its own instance.
 CHAIN_PARAM_BYTES = 2**30
+#: How far every parameter of a network moves, against its gradient's sign, before the
+#: network is measured in training (see the module docstring).
+LEAVE_INIT_STEP = 1e-3
 #: Inputs a training chain may hold (one set per call). A chain matters for short,
 #: launch-bound calls, whose inputs are small; an op with large inputs runs long enough
 #: for the engine's start not to count, and gets a shorter chain (at least 1).
@@ -268,8 +282,18 @@ def prepare_op(spec: dict[str, Any], opts: HarnessOptions) -> Workload:
     )
 
 
-def prepare_network(net: torch.nn.Module, shape: tuple[int, ...], opts: HarnessOptions) -> Workload:
-    """A workload for a whole network, measured as one large operation (block of one)."""
+def prepare_network(
+    net: torch.nn.Module,
+    shape: tuple[int, ...],
+    opts: HarnessOptions,
+    *,
+    leave_init: bool = True,
+) -> Workload:
+    """A workload for a whole network, measured as one large operation (block of one).
+
+    ``leave_init=False`` measures training at the network's initial values (item 5 of the
+    module docstring says why the pipeline does not; ``bench/init_power.py`` compares).
+    """
     device = torch.device(opts.device)
     dtype = specs.dtype_from_name(opts.dtype)
     training = opts.mode == "training"
@@ -279,7 +303,23 @@ def prepare_network(net: torch.nn.Module, shape: tuple[int, ...], opts: HarnessO
     with context():
         # A whole network is one call: one forward and backward pass per step.
         step, backward, _ = _make_step([lambda inputs: net(*inputs)], [[x]], training)
+    if backward and leave_init:
+        leave_initialisation(net, step)
     return Workload(step, 1, backward, False, context, keep=[net, x])
+
+
+def leave_initialisation(net: torch.nn.Module, step: Callable[[], None]) -> None:
+    """One step of ``net`` away from its initial values (module docstring, item 5).
+
+    ``step`` runs a forward and backward pass; then every parameter with a gradient moves
+    by ``LEAVE_INIT_STEP`` against the sign of it, and the gradients are cleared.
+    """
+    step()
+    with torch.no_grad():
+        for p in net.parameters():
+            if p.grad is not None:
+                p.sub_(p.grad.sign(), alpha=LEAVE_INIT_STEP)
+                p.grad = None
 
 
 def _sync(device: torch.device) -> None:
