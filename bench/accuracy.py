@@ -1,6 +1,6 @@
 """Issue #9's accuracy figures, recomputed from the committed real datasets.
 
-    python bench/accuracy.py [--skip-lono]
+    python bench/accuracy.py [--skip-lono] [--time-target log_time|roofline_ratio]
 
 For each committed study (tests/data/<name>: dataset, op tables) it prints:
 
@@ -11,8 +11,8 @@ For each committed study (tests/data/<name>: dataset, op tables) it prints:
   overlap estimate of the network's time (``time_overlap_rel_diff``), within 5 %;
 - leave-one-network-out (LONO) mean absolute percentage error of whole-network time and
   energy per mode, from training the study's predictor afresh (``opcost.train``, the
-  defaults of ``config/config.yaml`` unless the study has its own config), which takes a
-  minute or two per study on 2 cores;
+  defaults of ``config/config.yaml`` unless the study has its own config; ``--time-target``
+  overrides its ``train.time_target``), which takes a minute or two per study on 2 cores;
 - choice: for studies measured on several GPU configurations, per network and mode, whether
   the LONO predictions name the configuration the measurements show fastest, and the one
   using least energy (``opcost.validate.configuration_choice``), and the share of cases
@@ -35,7 +35,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from opcost.train import TrainConfig, TrainOutputs, train_gpu
+from opcost.train import TIME_TARGETS, TrainConfig, TrainOutputs, train_gpu
 from opcost.validate import (
     configuration_choice,
     dataset_validation,
@@ -138,10 +138,14 @@ def validation_summary(directory: Path, gpu: str, ops: Path) -> pd.DataFrame:
 
 
 def lono_summary(
-    directory: Path, gpu: str, config: Path, ops: Path
+    directory: Path, gpu: str, config: Path, ops: Path, train: dict | None = None
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The LONO table per mode, and the per-network LONO predictions."""
-    cfg = TrainConfig.from_config(yaml.safe_load(config.read_text()).get("train") or {})
+    """The LONO table per mode, and the per-network LONO predictions.
+
+    ``train``: keys that override the config's ``train`` section.
+    """
+    section = yaml.safe_load(config.read_text()).get("train") or {}
+    cfg = TrainConfig.from_config({**section, **(train or {})})
     with tempfile.TemporaryDirectory() as tmp:
         outputs = TrainOutputs.under(tmp)
         metrics = train_gpu(
@@ -289,14 +293,22 @@ def print_choice(name: str, networks: dict[str, pd.DataFrame], lono: list[pd.Dat
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-lono", action="store_true", help="no LONO or choice (fast)")
+    parser.add_argument(
+        "--time-target",
+        choices=TIME_TARGETS,
+        help="train every study's predictor with this train.time_target (default: its config's)",
+    )
     args = parser.parse_args(argv)
+    train = {"time_target": args.time_target} if args.time_target else None
     lono_networks: dict[str, pd.DataFrame] = {}
     lono_tables: dict[str, pd.DataFrame] = {}
     for name, (directory, gpu, config, ops) in STUDIES.items():
         directory = REPO / directory
         table = validation_summary(directory, gpu, REPO / ops)
         if not args.skip_lono:
-            lono, lono_networks[name] = lono_summary(directory, gpu, REPO / config, REPO / ops)
+            lono, lono_networks[name] = lono_summary(
+                directory, gpu, REPO / config, REPO / ops, train
+            )
             lono_tables[name] = lono
             table = table.merge(lono, on="mode")
         print(f"\n{name}: {directory.relative_to(REPO)}")

@@ -83,7 +83,7 @@ def _broken(config, path, value):
     config = copy.deepcopy(config)
     node = config
     for key in path[:-1]:
-        node = node[key]
+        node = node.setdefault(key, {}) if isinstance(key, str) else node[key]
     if value is KeyError:
         del node[path[-1]]
     else:
@@ -127,6 +127,8 @@ def case(case_id: str, path: tuple, value: object, message: str):
         case("model-dotdot", ("models", 0, "model"), "../x", r"models\.0\.model"),
         case("model-slash", ("models", 0, "model"), "a/b", r"models\.0\.model"),
         case("model-space", ("models", 0, "model"), "resnet 18", r"models\.0\.model"),
+        case("time-target", ("train", "time_target"), "roofline", r"train\.time_target"),
+        case("roofline-rate", ("train", "roofline_flops_per_s"), 0, r"roofline_flops_per_s"),
     ],
 )
 def test_bad_config_names_the_field(default_config, path, value, message):

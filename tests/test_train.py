@@ -286,3 +286,61 @@ def test_train_gpu_fails_clearly_on_missing_inputs(tmp_path):
 def test_encoding_refuses_a_bad_dataset(rows):
     with pytest.raises(SchemaError, match="dtype"):
         fit_predictor(rows.assign(dtype="int4"), FAST, "h100")
+
+
+LARGE = Path(__file__).parent / "data" / "hopper-large"
+
+
+@pytest.fixture(scope="module")
+def large_rows() -> pd.DataFrame:
+    """The H100's ops at batch 64 (tests/data/hopper-large), training mode."""
+    rows = op_rows(pd.read_parquet(LARGE / "h100" / "dataset" / "h100.parquet"))
+    return rows[rows["mode"] == "training"].reset_index(drop=True)
+
+
+def test_roofline_ratio_predicts_left_out_heavy_convolutions_better(large_rows):
+    # vgg11's convolutions are the study's heaviest per FLOP of input. Left out, a forest
+    # of log(time) predicts them from lighter convolutions, 2 to 5 times short; a forest of
+    # the ratio to a roofline estimate predicts each in proportion to its work.
+    vgg = set(pd.read_parquet(LARGE / "ops" / "vgg11_64x3x224x224.parquet")["op_id"])
+    left_out = large_rows["op_id"].isin(vgg)
+    train = large_rows[~left_out]
+    convs = large_rows[left_out & (large_rows["op_type"] == "torch.nn.modules.conv.Conv2d")]
+    assert len(convs) == 7  # distinct ones: two of its eight layers are alike
+    cfg = replace(FAST, n_estimators=30)
+    plain = fit_predictor(train, cfg, "h100").predict_rows(convs)["time_pred_s"]
+    ratio_cfg = replace(cfg, time_target="roofline_ratio")
+    ratio = fit_predictor(train, ratio_cfg, "h100").predict_rows(convs)["time_pred_s"]
+    plain_error = (plain / convs["time_s"] - 1).abs()
+    ratio_error = (ratio / convs["time_s"] - 1).abs()
+    assert (ratio_error < plain_error).all()
+    assert plain_error.median() > 0.5
+    assert ratio_error.median() < 0.35
+
+
+def test_roofline_ratio_multiplies_back_the_estimate_by_hand(large_rows, tmp_path):
+    cfg = replace(FAST, n_estimators=5, time_target="roofline_ratio", roofline_launch_s=1e-5)
+    predictor = fit_predictor(large_rows, cfg, "h100")
+    conv = large_rows[large_rows["op_type"] == "torch.nn.modules.conv.Conv2d"].head(3)
+    x = opcost.train.encode_features(conv, predictor.schema)
+    # t_ref from the op's counts, by the formula: max(FLOPs / F, bytes / B) + launch.
+    t_ref = np.maximum(x["flops"] / 1e14, x["bytes_moved"] / 2e12) + 1e-5
+    expected = np.exp(predictor.time_model.predict(x)) * t_ref.to_numpy()
+    np.testing.assert_allclose(predictor.predict_rows(conv)["time_pred_s"], expected)
+    # Saved and loaded, the predictor still multiplies by the same estimate.
+    from opcost.predict import save_predictor
+
+    save_predictor(predictor, tmp_path)
+    loaded = load_predictor(tmp_path)
+    assert loaded.time_reference == predictor.time_reference
+    np.testing.assert_allclose(loaded.predict_rows(conv)["time_pred_s"], expected)
+    doc = json.loads((tmp_path / "features.json").read_text())
+    assert doc["time_target"] == "log(time_s / t_ref)"
+
+
+def test_time_target_is_checked():
+    assert TrainConfig.from_config({}).time_reference() is None
+    with pytest.raises(TrainError, match="train.time_target"):
+        TrainConfig.from_config({"time_target": "roofline"})
+    with pytest.raises(TrainError, match="train.roofline_bytes_per_s"):
+        TrainConfig.from_config({"time_target": "roofline_ratio", "roofline_bytes_per_s": 0})

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -297,6 +297,24 @@ def _starmap_threads(func: Callable[..., Any], args: list[tuple[Any, ...]]) -> l
         return list(pool.map(func, *zip(*args, strict=True)))
 
 
+@dataclass(frozen=True)
+class TimeReference:
+    """A roofline estimate of an op's time, which a time model can be relative to.
+
+    ``estimate_s = max(flops / flops_per_s, bytes_moved / bytes_per_s) + launch_s``, from
+    an encoded feature frame with the derived counts (``opcost.train``, ``time_target``).
+    """
+
+    flops_per_s: float
+    bytes_per_s: float
+    launch_s: float
+
+    def estimate_s(self, x: pd.DataFrame) -> np.ndarray:
+        compute_s = x["flops"].to_numpy(dtype=np.float64) / self.flops_per_s
+        memory_s = x["bytes_moved"].to_numpy(dtype=np.float64) / self.bytes_per_s
+        return np.maximum(compute_s, memory_s) + self.launch_s
+
+
 @dataclass
 class Predictor:
     """The time and power models of one GPU configuration, with their encoding.
@@ -304,12 +322,15 @@ class Predictor:
     Attributes:
         gpu: GPU configuration name.
         schema: feature encoding the models were trained with.
-        time_model: regressor of ``log(time_s)``.
+        time_model: regressor of ``log(time_s)``, or of ``log(time_s / t_ref)`` with a
+            ``time_reference``.
         power_model: regressor of ``power_w``, or None without power data.
         conditions: one row per trained (setting, mode): ``setting``, ``mode``,
             ``dtype``, ``tf32``, ``sm_clock_mhz``, ``mem_clock_mhz``, ``power_limit_w``.
         ranges: op type -> count name -> [min, max] over the training data.
         meta: everything else written to ``features.json``.
+        time_reference: the roofline estimate ``t_ref`` the time model is relative to,
+            or None.
         lono_mape_pct: mode -> criterion (``time``, ``energy``) -> the
             leave-one-network-out mean absolute percentage error of whole networks from
             ``metrics.json``; empty where training recorded none.
@@ -323,6 +344,7 @@ class Predictor:
     ranges: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
     lono_mape_pct: dict[str, dict[str, float]] = field(default_factory=dict)
+    time_reference: TimeReference | None = None
 
     @property
     def settings(self) -> list[str]:
@@ -348,6 +370,8 @@ class Predictor:
             out["time_pred_s"] = out["power_pred_w"] = out["energy_pred_j"] = []
             return out
         out["time_pred_s"] = np.exp(self.time_model.predict(x))
+        if self.time_reference is not None:
+            out["time_pred_s"] *= self.time_reference.estimate_s(x)
         if self.power_model is not None:
             out["power_pred_w"] = self.power_model.predict(x)
         else:
@@ -471,13 +495,15 @@ def save_predictor(predictor: Predictor, directory: str | Path) -> None:
     _dump_atomic(predictor.time_model, directory / TIME_FILE)
     _dump_atomic(predictor.power_model, directory / POWER_FILE)
     cond = predictor.conditions.astype(object).where(predictor.conditions.notna(), None)
+    ref = predictor.time_reference
     doc = {
         **predictor.meta,
         "features_version": predictor.schema.version,
         "gpu": predictor.gpu,
         "schema": predictor.schema.to_dict(),
         "columns": predictor.schema.columns(),
-        "time_target": "log(time_s)",
+        "time_target": "log(time_s)" if ref is None else "log(time_s / t_ref)",
+        "time_reference": None if ref is None else asdict(ref),
         "power_target": "power_w" if predictor.power_model is not None else None,
         "conditions": cond.to_dict(orient="records"),
         "training_ranges": predictor.ranges,
@@ -572,8 +598,13 @@ def load_predictor(directory: str | Path) -> Predictor:
     meta = {
         k: v
         for k, v in doc.items()
-        if k not in {"schema", "columns", "conditions", "training_ranges", "gpu"}
+        if k not in {"schema", "columns", "conditions", "training_ranges", "gpu", "time_reference"}
     }
+    reference = doc.get("time_reference")
+    try:
+        time_reference = None if reference is None else TimeReference(**reference)
+    except TypeError as e:
+        raise PredictorError(f"{path}: time_reference is not readable ({e}); retrain") from e
     return Predictor(
         gpu=str(doc.get("gpu", directory.name)),
         schema=schema,
@@ -583,6 +614,7 @@ def load_predictor(directory: str | Path) -> Predictor:
         ranges=doc.get("training_ranges", {}),
         meta=meta,
         lono_mape_pct=_lono_mape(directory / METRICS_FILE),
+        time_reference=time_reference,
     )
 
 

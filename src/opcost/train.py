@@ -8,6 +8,13 @@ Method
 * Time: the regressor fits ``log(time_s)`` and predicts ``exp`` of it. Op times span
   orders of magnitude; on the log scale the model's error is relative, which is what
   matters when summing a network.
+* Time relative to a roofline (``time_target: roofline_ratio``, not the default): the
+  regressor fits ``log(time_s / t_ref)``, ``t_ref = max(flops / roofline_flops_per_s,
+  bytes_moved / roofline_bytes_per_s) + roofline_launch_s`` (the op's derived counts), and
+  a prediction is ``t_ref`` times ``exp`` of its output. A forest predicts no value beyond
+  those it was trained on; fitting a ratio, it learns an efficiency, and an op heavier
+  than any in training gets a time in proportion to its work. The constants need not be
+  the GPU's peaks: the forest learns the ratio. docs/validation.md has what it changes.
 * Power: the regressor fits ``power_w`` on the rows with usable power: finite and not
   ``low_power_samples`` (too few distinct readings, which the evaluate stage says not to
   use unflagged). Without such rows there is no power model, and power and energy
@@ -102,6 +109,7 @@ from opcost import __version__
 from opcost.features import CONDITIONS, build_schema, encode_features
 from opcost.predict import (
     Predictor,
+    TimeReference,
     TreeEnsemble,
     save_predictor,
     sum_by_count,
@@ -110,6 +118,7 @@ from opcost.predict import (
 from opcost.tables import TableError, read_parquet, write_parquet_atomic
 
 REGRESSORS = ("random_forest", "extra_trees", "gradient_boosting")
+TIME_TARGETS = ("log_time", "roofline_ratio")
 #: Dataset columns training reads.
 DATASET_COLUMNS = (
     "gpu",
@@ -180,6 +189,12 @@ class TrainConfig:
     seed: int = 0
     #: Whether the feature vector has the derived counts (FLOPs, parameters, bytes).
     derived: bool = True
+    #: What the time model fits: ``log_time`` (thesis) or ``roofline_ratio``.
+    time_target: str = "log_time"
+    #: The roofline estimate ``roofline_ratio`` divides by (see the module docstring).
+    roofline_flops_per_s: float = 1e14
+    roofline_bytes_per_s: float = 2e12
+    roofline_launch_s: float = 5e-6
 
     @classmethod
     def from_config(cls, section: dict[str, Any]) -> TrainConfig:
@@ -189,7 +204,25 @@ class TrainConfig:
             raise TrainError(
                 f"train.regressor {cfg.regressor!r} is unknown; use one of {', '.join(REGRESSORS)}"
             )
+        if cfg.time_target not in TIME_TARGETS:
+            raise TrainError(
+                f"train.time_target {cfg.time_target!r} is unknown; use one of "
+                f"{', '.join(TIME_TARGETS)}"
+            )
+        for name in ("roofline_flops_per_s", "roofline_bytes_per_s", "roofline_launch_s"):
+            if not getattr(cfg, name) > 0:
+                raise TrainError(f"train.{name} must be positive, not {getattr(cfg, name)!r}")
         return cfg
+
+    def time_reference(self) -> TimeReference | None:
+        """The roofline estimate the time model is relative to, or None (``log_time``)."""
+        if self.time_target != "roofline_ratio":
+            return None
+        return TimeReference(
+            flops_per_s=self.roofline_flops_per_s,
+            bytes_per_s=self.roofline_bytes_per_s,
+            launch_s=self.roofline_launch_s,
+        )
 
 
 def make_regressor(cfg: TrainConfig, n_jobs: int | None = None) -> Any:
@@ -256,9 +289,13 @@ def fit_predictor(
     """
     if rows.empty:
         raise TrainError(f"{gpu}: no operation measurements to train on")
-    schema = build_schema(rows["op_type"], derived=cfg.derived)
+    reference = cfg.time_reference()
+    schema = build_schema(rows["op_type"], derived=cfg.derived or reference is not None)
     x = encode_features(rows, schema)
-    time_model = make_regressor(cfg, n_jobs).fit(x, np.log(rows["time_s"].to_numpy()))
+    log_time = np.log(rows["time_s"].to_numpy())
+    if reference is not None:
+        log_time = log_time - np.log(reference.estimate_s(x))
+    time_model = make_regressor(cfg, n_jobs).fit(x, log_time)
     power_ok = usable_power(rows).to_numpy()
     power_model = None
     if power_ok.any():
@@ -273,6 +310,7 @@ def fit_predictor(
         power_model=None if power_model is None else TreeEnsemble.from_sklearn(power_model),
         conditions=setting_conditions(rows).drop(columns="n_rows"),
         ranges=training_ranges(rows),
+        time_reference=reference,
         meta={
             "regressor": cfg.regressor,
             "train_config": asdict(cfg),
