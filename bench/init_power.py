@@ -1,11 +1,12 @@
 """Power of a network in training at its initial values and one step away from them (GPU).
 
     python bench/init_power.py [--sizes 64x3x224x224] [--models vit_b_16 resnet18 ...]
-                               [--json out.json]
+                               [--min-run-time 1.0] [--json out.json]
 
 Each network is measured in training as the profiling jobs measure it (``opcost.harness``,
-``min_run_time_s`` 1 s, TF32 on), once at the values torchvision initialises it with
-(``leave_init=False``) and once after the harness's step off them
+``min_run_time_s`` 1 s unless ``--min-run-time`` says otherwise, TF32 on), once at the
+values torchvision initialises it with (``leave_init=False``) and once after the harness's
+step off them
 (``harness.leave_initialisation``), in the order init, step, step, init so that a drift
 of the GPU's temperature does not pass for an effect. Energy from the NVML counter over
 the timed window. Prints per network the time and power of both, their ratio, and how far the two
@@ -42,8 +43,10 @@ MODELS = (
 ORDER = (False, True, True, False)  # leave_init per measurement: init, step, step, init
 
 
-def measure(model: str, shape: tuple[int, ...], leave_init: bool, counter) -> dict:
-    opts = harness.HarnessOptions(mode="training", device="cuda", min_run_time_s=1.0)
+def measure(
+    model: str, shape: tuple[int, ...], leave_init: bool, counter, min_run_time_s: float
+) -> dict:
+    opts = harness.HarnessOptions(mode="training", device="cuda", min_run_time_s=min_run_time_s)
     harness.configure_numerics(opts)
     torch.manual_seed(0)
     workload = harness.prepare_network(build_model(model), shape, opts, leave_init=leave_init)
@@ -64,6 +67,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="+", default=["64x3x224x224"])
     parser.add_argument("--models", nargs="+", default=list(MODELS))
+    parser.add_argument("--min-run-time", type=float, default=1.0, help="timed seconds each")
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args(argv)
     rows = []
@@ -76,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
         for size in args.sizes:
             shape = tuple(int(n) for n in size.split("x"))
             for model in args.models:
-                runs = [measure(model, shape, leave, counter) for leave in ORDER]
+                runs = [measure(model, shape, leave, counter, args.min_run_time) for leave in ORDER]
                 init = [r for r, leave in zip(runs, ORDER, strict=True) if not leave]
                 step = [r for r, leave in zip(runs, ORDER, strict=True) if leave]
                 row = {"model": model, "shape": size, "runs": runs}
