@@ -42,7 +42,7 @@ before, so its time is nearer the larger of the two shares than their sum. The *
 estimate* takes each operation's time apart into GPU-busy and host-only time and sums
 each: ``time_overlap_sum_s = max(sum_i c_i t_i u_i, sum_i c_i t_i (1 - u_i))``. In
 training at batch 64 (``tests/data/hopper-large``, four GPU configurations) it lands
-within a median 1.8 to 5.0 % of the measured networks where the plain sum misses by 6.5
+within a median 1.8 to 4.7 % of the measured networks where the plain sum misses by 6.5
 to 13.2 % (``python bench/accuracy.py``). In inference, and at
 batch 1 and 8, it does no better than the plain sum or worse (utilisation is sampled
 coarsely, and an op alone leaves the GPU idle in ways the network does not).
