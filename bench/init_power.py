@@ -6,11 +6,11 @@
 Each network is measured in training as the profiling jobs measure it (``opcost.harness``,
 ``min_run_time_s`` 1 s unless ``--min-run-time`` says otherwise, TF32 on), once at the
 values torchvision initialises it with (``leave_init=False``) and once after the harness's
-step off them
-(``harness.leave_initialisation``), in the order init, step, step, init so that a drift
-of the GPU's temperature does not pass for an effect. Energy from the NVML counter over
-the timed window. Prints per network the time and power of both, their ratio, and how far the two
-measurements of one condition differ in power (``repeat %``, the larger of the two).
+step off them (``harness.leave_initialisation``), in the order init, step, step, init so
+that a drift of the GPU's temperature does not pass for an effect. Energy from the NVML
+counter over the timed window. Prints per network the time and power of both, their
+ratio, and how far the two measurements of one condition differ in power (``repeat %``,
+the larger of the two).
 
 Why: torchvision's vit_b_16 starts with a head of zeros, so in its first backward pass
 every gradient behind the head is zero and its matrix products multiply zeros. Its ops,

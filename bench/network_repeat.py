@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-import yaml
 
-from opcost import harness
+from opcost import harness, profile
+from opcost.config import load_study_file
 from opcost.extract import build_model
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,47 +46,32 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args(argv)
-    config = yaml.safe_load((REPO / args.config).read_text())
-    gpu = config["gpus"][args.gpu]
-    study = Path(args.config).stem
-    committed = pd.read_parquet(
-        REPO / "tests" / "data" / study / args.gpu / "dataset" / f"{args.gpu}.parquet"
-    )
+    study = load_study_file(REPO / args.config)
+    gpu = study.gpus[args.gpu]
+    data = REPO / "tests" / "data" / Path(args.config).stem / args.gpu
+    committed = pd.read_parquet(data / "dataset" / f"{args.gpu}.parquet")
     committed = committed[committed["kind"] == "network"].set_index(["model_input", "mode"])
-    cases = [
-        (m["model"], tuple(shape), mode)
-        for m in config["models"]
-        for shape in m["inputs"]
-        for mode in config["modes"]
-    ]
+    cases = [(mi, mode) for mi in study.model_inputs for mode in study.modes]
     times: dict[tuple, list[float]] = {c: [] for c in cases}
     for _ in range(args.repeats):
-        for model, shape, mode in cases:
-            opts = harness.HarnessOptions(
-                mode=mode,
-                device="cuda",
-                tf32=gpu.get("tf32", True),
-                min_run_time_s=config["profile"]["min_run_time_s"],
-                warmup_s=config["profile"].get("warmup_s", 0.2),
-            )
+        for mi, mode in cases:
+            opts = profile.options_for(gpu, mode, study.config["profile"])
             harness.configure_numerics(opts)
-            times[(model, shape, mode)].append(measure(model, shape, opts))
+            times[(mi, mode)].append(measure(mi.model, mi.shape, opts))
     print(torch.cuda.get_device_name(0), torch.__version__, args.config, args.gpu)
     print(f"{'set':<34} {'mode':<9} {'median ms':>9} {'repeats %':>9} {'vs committed %':>14}")
-    rows = []
-    for (model, shape, mode), ts in times.items():
-        name = f"{model}_{'x'.join(map(str, shape))}"
+    rows, spreads, shifts = [], [], []
+    for (mi, mode), ts in times.items():
         median = statistics.median(ts)
-        spread = 100 * (max(ts) / min(ts) - 1)
-        before = committed["time_s"].get((name, mode), float("nan"))
-        vs = 100 * (median / before - 1)
-        rows.append({"model_input": name, "mode": mode, "times_s": ts, "committed_s": before})
-        print(f"{name:<34} {mode:<9} {1e3 * median:9.3f} {spread:9.1f} {vs:+14.1f}")
-    spreads = [100 * (max(r["times_s"]) / min(r["times_s"]) - 1) for r in rows]
-    shifts = [abs(100 * (statistics.median(r["times_s"]) / r["committed_s"] - 1)) for r in rows]
+        spreads.append(100 * (max(ts) / min(ts) - 1))
+        before = committed["time_s"].get((mi.name, mode), float("nan"))
+        shifts.append(100 * (median / before - 1))
+        rows.append({"model_input": mi.name, "mode": mode, "times_s": ts, "committed_s": before})
+        print(f"{mi.name:<34} {mode:<9} {1e3 * median:9.3f} {spreads[-1]:9.1f} {shifts[-1]:+14.1f}")
     print(
         f"median spread of repeats {statistics.median(spreads):.1f} %, "
-        f"median |difference from the committed host| {statistics.median(shifts):.1f} %"
+        f"median |difference from the committed host| "
+        f"{statistics.median(abs(v) for v in shifts):.1f} %"
     )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
