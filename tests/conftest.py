@@ -49,6 +49,12 @@ def calls(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
         "FAKE_NVSMI_LOG",
         "FAKE_NVSMI_NA_FIELDS",
         "FAKE_NVSMI_IGNORE_TERM",
+        # Under `sudo pytest` these would make opcost-gpu-setting ignore PATH (and so the
+        # fake): see opcost.gpu_setting.runs_elevated.
+        "SUDO_UID",
+        "SUDO_USER",
+        "PKEXEC_UID",
+        "DOAS_USER",
     ):
         monkeypatch.delenv(name, raising=False)
     # Markers of applied GPU settings (opcost.gpu_setting) go here, not to ~/.cache.

@@ -14,6 +14,12 @@ through sudo):
 - values the GPU does not support (a clock between two supported ones, out-of-range power
   limits, a GPU index or UUID that does not exist): refused before any change:
   gpu_setting.py:main (``test_invalid_values_refused_before_any_change``)
+- run through sudo, the script never runs an ``nvidia-smi`` from the caller's ``PATH``,
+  only one from fixed system directories: gpu_setting.py:runs_elevated,
+  :trusted_nvidia_smi (``test_under_sudo_nvidia_smi_on_path_is_not_run``,
+  ``test_runs_elevated_sees_sudo``), and only if neither it nor a directory above it can
+  be changed by anyone but root: gpu_setting.py:_check_owned_by_root
+  (``test_under_sudo_a_changeable_nvidia_smi_is_refused``)
 
 The job side (gpu_setting.py:applied_setting) and the nvidia-smi adapter (nvsmi.py):
 
@@ -45,15 +51,17 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import string
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import changes, recorded
+from conftest import FAKES, changes, recorded
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from opcost import gpu_setting
 from opcost.config import ConfigError, load_study
 from opcost.gpu_setting import GpuSettingError, applied_setting, main
 from opcost.names import NAME_PATTERN, NameError_, check_name, parse_setting
@@ -259,3 +267,115 @@ def test_an_accepted_setting_is_a_safe_name(text):
         return
     assert check_name(setting.name, "setting") == text
     assert setting.value is None or 10 <= setting.value <= 99999
+
+
+# --- which nvidia-smi the privileged script runs under sudo --------------------------------
+
+# Stands in for a user's own nvidia-smi first on PATH: run as root, it would run anything.
+HOSTILE_SMI = "#!/bin/sh\ntouch '{marker}'\nexit 1\n"
+
+
+@pytest.fixture
+def under_sudo(calls: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """As if started by sudo (SUDO_UID, SUDO_USER set) from a user whose PATH begins with a
+    world-writable nvidia-smi that creates ``tmp_path/marker``; the fake stays on PATH
+    after it. The trusted directories are replaced by ``tmp_path/trusted`` (returned,
+    empty, mode 755), so that a real nvidia-smi of the host is never run here."""
+    hostile = tmp_path / "hostile"
+    hostile.mkdir()
+    smi = hostile / "nvidia-smi"
+    smi.write_text(HOSTILE_SMI.format(marker=tmp_path / "marker"))
+    smi.chmod(0o777)
+    hostile.chmod(0o777)
+    monkeypatch.setenv("PATH", os.pathsep.join([str(hostile), os.environ["PATH"]]))
+    monkeypatch.setenv("SUDO_UID", "1000")
+    monkeypatch.setenv("SUDO_USER", "alice")
+    trusted = tmp_path / "trusted"
+    trusted.mkdir()
+    trusted.chmod(0o755)
+    monkeypatch.setattr(gpu_setting, "TRUSTED_NVIDIA_SMI_DIRS", (str(trusted),), raising=False)
+    return trusted
+
+
+def _install_fake(directory: Path) -> Path:
+    smi = directory / "nvidia-smi"
+    shutil.copyfile(FAKES / "nvidia-smi", smi)
+    smi.chmod(0o755)
+    return smi
+
+
+def test_under_sudo_nvidia_smi_on_path_is_not_run(
+    under_sudo: Path, calls: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--gpu", "0", "--reset"]) == 1
+    assert not (tmp_path / "marker").exists(), "ran the nvidia-smi on the caller's PATH as root"
+    assert recorded(calls) == []  # nor the fake further down PATH
+    assert f"nvidia-smi is in none of {under_sudo}" in capsys.readouterr().err
+
+
+def test_under_sudo_the_trusted_nvidia_smi_is_run(
+    under_sudo: Path, calls: Path, tmp_path: Path
+) -> None:
+    _install_fake(under_sudo)
+    assert main(["--gpu", "0", "--reset"]) == 0
+    assert changes(calls) == [["-i", "0", "-rgc"], ["-i", "0", "-pl", "700"]]
+    assert not (tmp_path / "marker").exists()
+
+
+@pytest.mark.parametrize(
+    "weakness",
+    [
+        "file group-writable",
+        "file world-writable",
+        "dir group-writable",
+        "dir world-writable",
+        "link to writable file",
+        "file owned by a user",
+    ],
+)
+def test_under_sudo_a_changeable_nvidia_smi_is_refused(
+    under_sudo: Path,
+    calls: Path,
+    tmp_path: Path,
+    weakness: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    smi = _install_fake(under_sudo)
+    if weakness == "file group-writable":
+        smi.chmod(0o775)
+    elif weakness == "file world-writable":
+        smi.chmod(0o757)
+    elif weakness == "dir group-writable":
+        under_sudo.chmod(0o775)
+    elif weakness == "dir world-writable":
+        under_sudo.chmod(0o777)  # not sticky: anyone may replace the binary
+    elif weakness == "link to writable file":
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir(mode=0o777)
+        elsewhere.chmod(0o777)
+        smi.rename(elsewhere / "nvidia-smi")
+        smi.symlink_to(elsewhere / "nvidia-smi")
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("only root can give a file to another user")
+        os.chown(smi, 1000, 1000)
+    assert main(["--gpu", "0", "--reset"]) == 1
+    assert "refusing to run" in capsys.readouterr().err
+    assert recorded(calls) == []
+    assert not (tmp_path / "marker").exists()
+
+
+@pytest.mark.parametrize(
+    ("environ", "elevated"),
+    [
+        ({}, False),
+        ({"SUDO_UID": "1000"}, True),
+        ({"SUDO_USER": ""}, True),
+        ({"PKEXEC_UID": "1000"}, True),
+        ({"DOAS_USER": "alice"}, True),
+        ({"USER": "root"}, False),
+    ],
+)
+def test_runs_elevated_sees_sudo(environ: dict[str, str], elevated: bool) -> None:
+    # This test process is not set-uid, so only the variables decide.
+    assert gpu_setting.runs_elevated(environ) is elevated

@@ -15,8 +15,11 @@ root), and allow it without password, e.g. in ``/etc/sudoers.d/opcost``::
 
     %gpuusers ALL=(root) NOPASSWD: /opt/opcost/bin/opcost-gpu-setting
 
-then configure the pipeline to call ``sudo -n /opt/opcost/bin/opcost-gpu-setting``. The
-script finds ``nvidia-smi`` on sudo's ``secure_path``.
+then configure the pipeline to call ``sudo -n /opt/opcost/bin/opcost-gpu-setting``. Run
+through sudo (or another launcher that raises rights, see :func:`runs_elevated`), the
+script ignores ``PATH`` and runs only a root-owned ``nvidia-smi`` from
+:data:`TRUSTED_NVIDIA_SMI_DIRS` (:func:`trusted_nvidia_smi`). Any user the rule names may
+set any GPU of the host.
 
 What a killed job leaves behind: SIGTERM (SLURM's time limit, ``scancel``) unwinds the
 job and resets the card. SIGKILL (or a node crash) cannot be caught: the card keeps its
@@ -39,11 +42,12 @@ import os
 import re
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -67,6 +71,13 @@ DEFAULT_COMMAND: tuple[str, ...] = ("opcost-gpu-setting",)
 COMMAND_TIMEOUT_S = 120.0
 _INT_RE = re.compile(r"[1-9][0-9]{0,4}")
 _GPU_RE = re.compile(f"{GPU_INDEX_PATTERN}|{GPU_UUID_PATTERN}")
+
+#: Where the script takes ``nvidia-smi`` from when it runs with rights its caller may lack
+#: (under sudo): fixed system directories, searched in this order; ``PATH`` is ignored.
+TRUSTED_NVIDIA_SMI_DIRS: tuple[str, ...] = ("/usr/bin", "/usr/local/nvidia/bin", "/usr/local/bin")
+#: Variables that sudo (always, also with ``env_reset``), pkexec and doas set for the
+#: command they run as another user; their presence means the caller chose the environment.
+ELEVATION_VARIABLES: tuple[str, ...] = ("SUDO_UID", "SUDO_USER", "PKEXEC_UID", "DOAS_USER")
 
 
 class GpuSettingError(RuntimeError):
@@ -144,6 +155,75 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def runs_elevated(environ: Mapping[str, str] | None = None) -> bool:
+    """True when this process may have rights its caller lacks, so its environment is untrusted.
+
+    That is: it runs set-uid or set-gid, or one of :data:`ELEVATION_VARIABLES` is set
+    (sudo sets ``SUDO_UID`` and ``SUDO_USER`` for every command it runs; a caller can
+    change their values where the rule allows ``SETENV``, but cannot remove them).
+    """
+    env = os.environ if environ is None else environ
+    if os.geteuid() != os.getuid() or os.getegid() != os.getgid():
+        return True
+    return any(name in env for name in ELEVATION_VARIABLES)
+
+
+def _check_owned_by_root(path: str) -> None:
+    # Owner root (or this process's own user, which gains nothing), writable by no one
+    # else: for the path and every directory above it. A sticky directory (/tmp) may be
+    # world-writable: others cannot rename or delete what root owns there.
+    trusted_owners = {0, os.geteuid()}
+    current = path
+    while True:
+        info = os.stat(current)
+        if info.st_uid not in trusted_owners:
+            raise NvidiaSmiError(
+                f"refusing to run {path}: {current} belongs to uid {info.st_uid}, not root; "
+                f"the admin must install nvidia-smi root-owned in one of "
+                f"{', '.join(TRUSTED_NVIDIA_SMI_DIRS)}"
+            )
+        sticky_dir = stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_ISVTX
+        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not sticky_dir:
+            raise NvidiaSmiError(
+                f"refusing to run {path}: {current} is writable by group or others (mode "
+                f"{stat.S_IMODE(info.st_mode):o}); the admin must remove that (chmod go-w)"
+            )
+        parent = os.path.dirname(current)
+        if parent == current:
+            return
+        current = parent
+
+
+def trusted_nvidia_smi() -> str:
+    """The ``nvidia-smi`` the script runs, as an absolute path with no symbolic links.
+
+    Run with rights its caller may lack (:func:`runs_elevated`, e.g. through sudo): the
+    first ``nvidia-smi`` in :data:`TRUSTED_NVIDIA_SMI_DIRS`, ``PATH`` ignored, and only if
+    the file, the directory that names it and every directory above them are owned by
+    root and writable by no one else. Run directly, with its caller's own rights (as the
+    tests run it, with a fake first on ``PATH``): the one on ``PATH``, like any command.
+
+    Raises:
+        NvidiaSmiError: none found, or the one found could be changed by someone but root.
+    """
+    if not runs_elevated():
+        return nvidia_smi_path()
+    for directory in TRUSTED_NVIDIA_SMI_DIRS:
+        candidate = os.path.join(directory, "nvidia-smi")
+        if os.path.isfile(candidate):
+            break
+    else:
+        raise NvidiaSmiError(
+            f"nvidia-smi is in none of {', '.join(TRUSTED_NVIDIA_SMI_DIRS)}; run through "
+            f"sudo, this script ignores PATH: the admin must install nvidia-smi in one of them"
+        )
+    real = os.path.realpath(candidate)
+    # Whoever can write the directory holding the name could swap a link there.
+    _check_owned_by_root(os.path.realpath(directory))
+    _check_owned_by_root(real)
+    return real
+
+
 def _smi(smi: str, args: list[str]) -> None:
     proc = run_nvidia_smi(args, smi=smi)
     if proc.returncode != 0:
@@ -164,7 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     gpu: str = args.gpu
     try:
         # Resolved once: every later call runs this same binary.
-        smi = nvidia_smi_path()
+        smi = trusted_nvidia_smi()
         listed = list_gpus(smi=smi)
         if gpu.startswith("GPU-"):
             exists = any(g.uuid == gpu for g in listed)

@@ -126,6 +126,10 @@ def check_fields(fields: Sequence[str]) -> list[str]:
 def nvidia_smi_path() -> str:
     """The absolute path of ``nvidia-smi`` on ``PATH``.
 
+    For code that runs with its caller's own rights (profiling jobs, power logs): it
+    runs whatever the caller's ``PATH`` names, as a shell would. The privileged script
+    resolves ``nvidia-smi`` itself (:func:`opcost.gpu_setting.trusted_nvidia_smi`).
+
     Raises:
         NvidiaSmiError: it is not installed; the message suggests ``device: cpu``.
     """
