@@ -20,6 +20,7 @@ import pytest
 from conftest import changes, recorded
 
 from opcost.gpu_setting import (
+    GpuSettingError,
     applied_setting,
     main,
     marker_path,
@@ -116,3 +117,93 @@ def test_setting_in_a_thread_resets_and_leaves_signals_alone(calls: Path) -> Non
     assert errors == []
     assert changes(calls) == [LOCK_1410, *RESET]
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+# --- --require-job-gpu: only a GPU the caller's SLURM job holds ------------------------------
+
+OTHER_UUID = "GPU-00000000-1111-2222-3333-444444444444"
+
+
+def _job_env(monkeypatch: pytest.MonkeyPatch, **values: str) -> None:
+    for name in ("SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"):
+        if name in values:
+            monkeypatch.setenv(name, values[name])
+        else:
+            monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.parametrize(
+    ("gpu", "job"),
+    [
+        ("0", {"SLURM_JOB_GPUS": "0"}),
+        ("0", {"SLURM_JOB_GPUS": "3,0"}),
+        (UUID, {"SLURM_JOB_GPUS": "0"}),  # the fake's GPU 0 has this UUID (nvidia-smi -L)
+        ("0", {"CUDA_VISIBLE_DEVICES": UUID}),
+        (UUID, {"CUDA_VISIBLE_DEVICES": "0"}),
+    ],
+    ids=repr,
+)
+def test_job_check_allows_a_gpu_of_the_job(
+    calls: Path, monkeypatch: pytest.MonkeyPatch, gpu: str, job: dict[str, str]
+) -> None:
+    _job_env(monkeypatch, **job)
+    assert main(["--require-job-gpu", "--gpu", gpu, "--lock-sm-clock", "1410"]) == 0
+    assert changes(calls) == [["-i", gpu, "-lgc", "1410,1410"]]
+
+
+@pytest.mark.parametrize(
+    ("job", "why"),
+    [
+        ({"SLURM_JOB_GPUS": "1"}, "not one of the caller's job's GPUs (SLURM_JOB_GPUS='1')"),
+        ({"SLURM_JOB_GPUS": "1,2,3"}, "not one of the caller's job's GPUs"),
+        ({"SLURM_JOB_GPUS": ""}, "not one of the caller's job's GPUs"),
+        # SLURM_JOB_GPUS wins: CUDA_VISIBLE_DEVICES may count within the job's own GPUs.
+        ({"SLURM_JOB_GPUS": "1", "CUDA_VISIBLE_DEVICES": "0"}, "SLURM_JOB_GPUS='1'"),
+        ({"CUDA_VISIBLE_DEVICES": OTHER_UUID}, "not one of the caller's job's GPUs"),
+        ({"CUDA_VISIBLE_DEVICES": "NoDevFiles"}, "'NoDevFiles' is neither a GPU index"),
+        ({}, "none of SLURM_JOB_GPUS, CUDA_VISIBLE_DEVICES is set"),
+    ],
+    ids=repr,
+)
+def test_job_check_refuses_a_gpu_outside_the_job(
+    calls: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    job: dict[str, str],
+    why: str,
+) -> None:
+    _job_env(monkeypatch, **job)
+    for action in (["--lock-sm-clock", "1410"], ["--power-limit", "300"], ["--reset"]):
+        with pytest.raises(SystemExit) as info:
+            main(["--require-job-gpu", "--gpu", "0", *action])
+        assert info.value.code == 2
+        assert why in capsys.readouterr().err
+    assert changes(calls) == []
+
+
+def test_job_check_is_off_by_default(calls: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _job_env(monkeypatch, SLURM_JOB_GPUS="1")
+    assert main(["--gpu", "0", "--lock-sm-clock", "1410"]) == 0
+    assert changes(calls) == [LOCK_1410]
+
+
+def test_job_check_through_the_setting_command(
+    calls: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As a study configures it: setting_command: [sudo, -n, opcost-gpu-setting, --require-job-gpu]
+    command = (*COMMAND, "--require-job-gpu")
+    _job_env(monkeypatch, SLURM_JOB_GPUS="0")
+    with applied_setting(parse_setting("sm1410"), UUID, command):
+        pass
+    assert changes(calls) == [
+        ["-i", UUID, "-lgc", "1410,1410"],
+        ["-i", UUID, "-rgc"],
+        ["-i", UUID, "-pl", "700"],
+    ]
+    _job_env(monkeypatch, SLURM_JOB_GPUS="1")
+    with (
+        pytest.raises(GpuSettingError, match="not one of the caller's job's GPUs"),
+        applied_setting(parse_setting("sm1410"), UUID, command),
+    ):
+        pass
+    assert len(changes(calls)) == 3

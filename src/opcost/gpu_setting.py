@@ -19,7 +19,8 @@ then configure the pipeline to call ``sudo -n /opt/opcost/bin/opcost-gpu-setting
 through sudo (or another launcher that raises rights, see :func:`runs_elevated`), the
 script ignores ``PATH`` and runs only a root-owned ``nvidia-smi`` from
 :data:`TRUSTED_NVIDIA_SMI_DIRS` (:func:`trusted_nvidia_smi`). Any user the rule names may
-set any GPU of the host.
+set any GPU of the host; ``--require-job-gpu``, fixed in the sudo rule, limits the script
+to the GPUs of the caller's SLURM job (:func:`check_job_holds`; docs/slurm.md, section 3).
 
 What a killed job leaves behind: SIGTERM (SLURM's time limit, ``scancel``) unwinds the
 job and resets the card. SIGKILL (or a node crash) cannot be caught: the card keeps its
@@ -56,6 +57,7 @@ from opcost.names import Setting
 from opcost.nvsmi import (
     GPU_INDEX_PATTERN,
     GPU_UUID_PATTERN,
+    GpuListing,
     NvidiaSmiError,
     check_gpu,
     gpu_info,
@@ -71,6 +73,7 @@ DEFAULT_COMMAND: tuple[str, ...] = ("opcost-gpu-setting",)
 COMMAND_TIMEOUT_S = 120.0
 _INT_RE = re.compile(r"[1-9][0-9]{0,4}")
 _GPU_RE = re.compile(f"{GPU_INDEX_PATTERN}|{GPU_UUID_PATTERN}")
+_INDEX_RE = re.compile(GPU_INDEX_PATTERN)
 
 #: Where the script takes ``nvidia-smi`` from when it runs with rights its caller may lack
 #: (under sudo): fixed system directories, searched in this order; ``PATH`` is ignored.
@@ -78,6 +81,8 @@ TRUSTED_NVIDIA_SMI_DIRS: tuple[str, ...] = ("/usr/bin", "/usr/local/nvidia/bin",
 #: Variables that sudo (always, also with ``env_reset``), pkexec and doas set for the
 #: command they run as another user; their presence means the caller chose the environment.
 ELEVATION_VARIABLES: tuple[str, ...] = ("SUDO_UID", "SUDO_USER", "PKEXEC_UID", "DOAS_USER")
+#: Where ``--require-job-gpu`` reads the GPUs of the caller's job, first one set wins.
+JOB_GPU_VARIABLES: tuple[str, ...] = ("SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES")
 
 
 class GpuSettingError(RuntimeError):
@@ -152,6 +157,14 @@ def build_parser() -> argparse.ArgumentParser:
     action.add_argument(
         "--reset", action="store_true", help="unlock the SM clock and restore the default limit"
     )
+    parser.add_argument(
+        "--require-job-gpu",
+        action="store_true",
+        help=(
+            "refuse a GPU that the caller's SLURM job does not hold (read from "
+            "SLURM_JOB_GPUS, else CUDA_VISIBLE_DEVICES; sudo must keep them: env_keep)"
+        ),
+    )
     return parser
 
 
@@ -224,6 +237,58 @@ def trusted_nvidia_smi() -> str:
     return real
 
 
+def _job_gpus(environ: Mapping[str, str]) -> tuple[str, str] | None:
+    for name in JOB_GPU_VARIABLES:
+        if name in environ:
+            return name, environ[name]
+    return None
+
+
+def check_job_holds(
+    gpu: str, listed: Sequence[GpuListing], environ: Mapping[str, str] | None = None
+) -> str | None:
+    """Return None if the caller's job holds ``gpu``, else why not (one line).
+
+    The job's GPUs come from ``SLURM_JOB_GPUS`` (SLURM's indices on the host, as
+    ``nvidia-smi -i`` takes them), else ``CUDA_VISIBLE_DEVICES``, each a comma-separated
+    list of indices or UUIDs; ``listed`` (``nvidia-smi -L``) maps indices to UUIDs, so a
+    GPU given either way matches a job GPU given either way. These variables come from
+    the caller: the check stops a job from setting a GPU it does not hold by mistake, not
+    a user who sets them by hand.
+    """
+    env = os.environ if environ is None else environ
+    found = _job_gpus(env)
+    if found is None:
+        return (
+            f"--require-job-gpu: none of {', '.join(JOB_GPU_VARIABLES)} is set, so the GPUs "
+            f"of the caller's job are unknown; run inside a SLURM job that holds a GPU, and "
+            f"have sudo keep these variables (env_keep, see docs/slurm.md)"
+        )
+    name, value = found
+    by_uuid = {g.uuid: g.index for g in listed}
+    held: set[int] = set()
+    for entry in (e.strip() for e in value.split(",")):
+        if not entry:
+            continue
+        if _INDEX_RE.fullmatch(entry):
+            held.add(int(entry))
+        elif re.fullmatch(GPU_UUID_PATTERN, entry):
+            if entry in by_uuid:
+                held.add(by_uuid[entry])
+        else:
+            return (
+                f"--require-job-gpu: {name} entry {entry!r} is neither a GPU index nor a "
+                f"GPU UUID (MIG devices are not supported); no GPU is changed"
+            )
+    index = by_uuid[gpu] if gpu.startswith("GPU-") else int(gpu)
+    if index not in held:
+        return (
+            f"GPU {gpu} is not one of the caller's job's GPUs ({name}={value!r}); "
+            f"set only a GPU the job holds"
+        )
+    return None
+
+
 def _smi(smi: str, args: list[str]) -> None:
     proc = run_nvidia_smi(args, smi=smi)
     if proc.returncode != 0:
@@ -237,7 +302,9 @@ def _smi(smi: str, args: list[str]) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``opcost-gpu-setting``; returns the exit status.
 
-    Exit status: 0 done, 1 ``nvidia-smi`` failed, 2 refused arguments (nothing changed).
+    Exit status: 0 done, 1 ``nvidia-smi`` failed or is not trusted (nothing run), 2 refused
+    arguments, or with ``--require-job-gpu`` a GPU the caller's job does not hold (nothing
+    changed).
     """
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -252,6 +319,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             exists = any(g.index == int(gpu) for g in listed)
         if not exists:
             parser.error(f"GPU {gpu} does not exist here (`nvidia-smi -L` lists {len(listed)})")
+        if args.require_job_gpu:
+            refusal = check_job_holds(gpu, listed)
+            if refusal is not None:
+                parser.error(refusal)
         info = gpu_info(gpu, smi=smi)
         if args.lock_sm_clock is not None:
             mhz = args.lock_sm_clock
