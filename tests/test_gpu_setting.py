@@ -4,7 +4,8 @@ What nvidia-smi was asked to do is read back from the fake's call record; the H1
 supported clocks and default limit (700 W) come from tests/data/h100_probe/probe.log.
 The ``calls`` fixture is in tests/conftest.py. What happens on errors, SIGTERM, SIGKILL
 and a stale marker is tested in tests/test_faults.py; the refusal of hostile arguments in
-tests/test_security.py.
+tests/test_security.py. ``--require-job-gpu`` (the GPU must be one of the caller's SLURM
+job) is tested at the end.
 """
 
 from __future__ import annotations

@@ -330,6 +330,7 @@ def test_under_sudo_the_trusted_nvidia_smi_is_run(
         "dir group-writable",
         "dir world-writable",
         "link to writable file",
+        "link in writable dir",
         "file owned by a user",
     ],
 )
@@ -355,6 +356,14 @@ def test_under_sudo_a_changeable_nvidia_smi_is_refused(
         elsewhere.chmod(0o777)
         smi.rename(elsewhere / "nvidia-smi")
         smi.symlink_to(elsewhere / "nvidia-smi")
+    elif weakness == "link in writable dir":
+        # The binary is safe, but anyone may point the link in the open folder elsewhere.
+        safe = tmp_path / "safe"
+        safe.mkdir()
+        safe.chmod(0o755)
+        smi.rename(safe / "nvidia-smi")
+        smi.symlink_to(safe / "nvidia-smi")
+        under_sudo.chmod(0o777)
     else:
         if os.geteuid() != 0:
             pytest.skip("only root can give a file to another user")
