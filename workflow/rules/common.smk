@@ -7,6 +7,7 @@ from opcost.names import (
     SETTING_PATTERN,
 )
 from opcost import workflow as wf
+from opcost import slurm as slurm_preflight
 from opcost.spec import SPEC_VERSION
 
 # Schema checks ran in the Snakefile; this adds the checks of meaning (model names,
@@ -21,6 +22,13 @@ wildcard_constraints:
     mode=MODE_PATTERN,
     op_id=OP_ID_PATTERN,
     model_input=MODEL_INPUT_PATTERN,
+
+
+# After Snakemake has set up the executor, before it submits the first job (not in a dry
+# run): a run through the SLURM plugin whose status command cannot answer (sacct without
+# accounting storage) would wait forever, so it stops here with one line (opcost.slurm).
+onstart:
+    slurm_preflight.check_run(workflow)
 
 
 UNIQUE_OPS = "results/ops/unique.parquet"
