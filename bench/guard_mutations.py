@@ -520,6 +520,36 @@ GUARDS: tuple[Guard, ...] = (
         "tests/test_gpu_setting.py::test_job_check_refuses_a_gpu_outside_the_job",
         "check_job_holds: any GPU of the host counts as the job's",
     ),
+    # --- issue 20: SLURM pre-flight check and plan ---
+    Guard(
+        "slurm-sacct-answers",
+        "faults",
+        "src/opcost/slurm.py",
+        "    if proc.returncode == 0:\n        return None",
+        "    if True:\n        return None",
+        "tests/test_slurm_preflight.py::test_sacct_without_accounting_stops_with_the_fix",
+        "sacct_problem: a failing sacct counts as answering",
+    ),
+    Guard(
+        "slurm-squeue-fallback",
+        "faults",
+        "src/opcost/slurm.py",
+        '    if configured == "squeue" and sacct_on_path and short_age:',
+        "    if False:",
+        "tests/test_slurm_preflight.py::"
+        "test_squeue_with_a_short_min_job_age_falls_back_to_sacct_and_stops",
+        "status_command_used: ignore the plugin's fallback from squeue to sacct",
+    ),
+    Guard(
+        "slurm-preflight-hook",
+        "faults",
+        "workflow/rules/common.smk",
+        "    slurm_preflight.check_run(workflow)",
+        "    pass",
+        "tests/test_slurm_preflight.py::"
+        "test_run_with_sacct_and_no_accounting_stops_before_submitting",
+        "onstart: no pre-flight check before the first submission",
+    ),
 )
 
 
