@@ -7,6 +7,7 @@
                    [--predictors results/predictors] [--format table|csv|json]
     opcost predict --ops ops.parquet ...
     opcost train --dataset results/dataset/h100.parquet --ops results/ops/*.parquet --gpu h100
+    opcost plan --configfile config/my-study.yaml [--profile profiles/slurm] [--batch-size N]
 
 A model is a torchvision model name (built without weights) or a user's import path
 ``package.module:factory``. Errors end with a one-line message on stderr and exit code 2.
@@ -322,6 +323,51 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    return int(text)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """Print what a study will measure per GPU configuration, before anything runs."""
+    from opcost import plan
+    from opcost.config import load_study_file
+
+    try:
+        batching = plan.read_profile(args.profile, args.batch_size)
+    except plan.PlanError as e:
+        raise CliError(str(e)) from e
+    study = load_study_file(args.configfile)
+    op_ids = plan.study_op_ids(study)
+    plans = plan.plan_study(study, op_ids, batching, args.directory)
+    if args.format == "json":
+        out = {
+            "configfile": str(args.configfile),
+            "model_inputs": len(study.model_inputs),
+            "modes": list(study.modes),
+            "distinct_ops": len(op_ids),
+            "batch_size": batching.batch_size,
+            "gpus": plan.as_records(plans),
+        }
+        print(json.dumps(out, indent=2))
+        return 0
+    source = "--batch-size" if args.batch_size else f"{args.profile}, group-components"
+    print(
+        f"{args.configfile}: {len(study.model_inputs)} model-input sets, {len(op_ids)} distinct "
+        f"ops, modes {', '.join(study.modes)}; batches of up to {batching.batch_size} "
+        f"profiling jobs ({source})"
+    )
+    print(plan.render_table(plans))
+    print(
+        f"to run: measurements not yet in {Path(args.directory) / 'results' / 'raw'} (.json "
+        f"and .csv). GPU-h: per job warmup_s + min_run_time_s + {plan.JOB_OVERHEAD_S:g} s, "
+        f"per batch {plan.BATCH_STARTUP_S:g} s. Time limit asked: the profile's runtime per "
+        "job, summed over the batches."
+    )
+    return 0
+
+
 def _num(value: Any) -> float:
     return float("nan") if value is None else float(value)
 
@@ -379,6 +425,30 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--out", help=f"output directory (default {DEFAULT_PREDICTORS}/GPU)")
     tr.add_argument("--config", help="study config whose train section to use (else defaults)")
     tr.set_defaults(func=cmd_train)
+
+    pl = sub.add_parser(
+        "plan",
+        help="before a run: how many ops, measurements, SLURM batches and GPU-hours a "
+        "study needs per GPU configuration, less what results/raw already holds",
+    )
+    pl.add_argument("--configfile", required=True, type=Path, help="the study's config file")
+    pl.add_argument(
+        "--profile",
+        type=Path,
+        default=Path("profiles/slurm"),
+        help="SLURM profile whose batch size and runtimes to use (default profiles/slurm)",
+    )
+    pl.add_argument(
+        "--batch-size", type=_positive_int, help="profiling jobs per batch (default: the profile's)"
+    )
+    pl.add_argument(
+        "--directory",
+        type=Path,
+        default=Path("."),
+        help="the workflow's working directory, holding results/raw (default .)",
+    )
+    pl.add_argument("--format", choices=("table", "json"), default="table")
+    pl.set_defaults(func=cmd_plan)
     return parser
 
 
