@@ -550,6 +550,24 @@ GUARDS: tuple[Guard, ...] = (
         "test_run_with_sacct_and_no_accounting_stops_before_submitting",
         "onstart: no pre-flight check before the first submission",
     ),
+    Guard(
+        "plan-half-measured",
+        "faults",
+        "src/opcost/plan.py",
+        '    return (root / f"{prefix}.json").is_file() and (root / f"{prefix}.csv").is_file()',
+        '    return (root / f"{prefix}.json").is_file() or (root / f"{prefix}.csv").is_file()',
+        "tests/test_plan.py::test_existing_raw_files_reduce_what_is_left_to_run",
+        "plan: a measurement with one of its two raw files counts as measured",
+    ),
+    Guard(
+        "plan-no-batch-size",
+        "bad input",
+        "src/opcost/plan.py",
+        "    if size is None or size < 1:",
+        "    if False:",
+        "tests/test_plan.py::test_a_profile_without_batch_size_needs_the_option",
+        "read_profile: a profile without group-components for the profiling group",
+    ),
 )
 
 
