@@ -456,6 +456,34 @@ GUARDS: tuple[Guard, ...] = (
         SECURITY + "test_an_accepted_name_is_one_safe_path_component",
         "check_name: only `..` refused",
     ),
+    # --- issue 19: evaluation and power logs ---
+    Guard(
+        "powerlog-merged-line-polls",
+        "faults",
+        "src/opcost/powerlog.py",
+        "    return max(1, len(_TIMESTAMP_RE.findall(line)), by_fields)",
+        "    return 1",
+        FAULTS + "test_lines_merged_by_junk_count_every_poll_lost[20]",
+        "_polls_in: two lines merged by junk count as one dropped row",
+    ),
+    Guard(
+        "powerlog-header-only",
+        "faults",
+        "src/opcost/powerlog.py",
+        "    if n_rows_total == 0:",
+        "    if False:",
+        FAULTS + "test_log_without_a_sample_says_so[header-only]",
+        "read_power_log: a header-only log gets the message about units",
+    ),
+    Guard(
+        "powerlog-junk-only",
+        "faults",
+        "src/opcost/powerlog.py",
+        "        if not good:",
+        "        if False:",
+        FAULTS + "test_log_without_a_sample_says_so[junk-only]",
+        "read_power_log: a log of junk lines gets the message about units",
+    ),
 )
 
 

@@ -791,3 +791,78 @@ def test_run_killed_mid_profiling_resumes_and_completes(repo, tmp_path):
     unique = pd.read_parquet(tmp_path / "results/ops/unique.parquet")
     assert len(dataset) == 2 * len(unique) + 4
     assert not list(raw.rglob(".*.tmp-*"))
+
+
+# --- issue 19: power logs that do not cover the window, bad record fields, merged lines ----
+#
+# Each starts from a real H100 measurement (tests/data/h100), copied to tmp_path and
+# doctored there. Its timed window is 1.008 s; its log, polled every 20 ms, runs from
+# 0.44 s before the window to 1 ms after it (72 lines).
+
+REAL_H100 = Path(__file__).parent / "data/h100/raw/h100/default/inference/ops/025dc3cf99733f10"
+
+
+def doctored_copy(tmp_path: Path, keep=None, change=None, **fields) -> tuple[Path, Path]:
+    """REAL_H100 copied to tmp_path/doctored.{json,csv}: ``fields`` set in the JSON, the
+    CSV's data lines filtered by ``keep(unix_s)`` and rewritten by ``change(unix_s, line)``
+    (both given each line's time, UTC seconds)."""
+    record = json.loads(REAL_H100.with_suffix(".json").read_text())
+    record.update(fields)
+    json_path = tmp_path / "doctored.json"
+    json_path.write_text(json.dumps(record))
+    header, *body = REAL_H100.with_suffix(".csv").read_text().splitlines()
+    lines = [header]
+    for line, unix_s in zip(body, line_times_s(body, record["utc_offset_s"]), strict=True):
+        if keep is None or keep(unix_s):
+            lines.append(change(unix_s, line) if change else line)
+    csv_path = tmp_path / "doctored.csv"
+    csv_path.write_text("\n".join(lines) + "\n")
+    return json_path, csv_path
+
+
+def line_times_s(body: list[str], utc_offset_s: int) -> np.ndarray:
+    """The UTC time of each log line, from its local timestamp."""
+    stamps = pd.to_datetime([line.split(",")[0] for line in body], format="%Y/%m/%d %H:%M:%S.%f")
+    return stamps.to_numpy("datetime64[us]").astype(np.int64) / 1e6 - utc_offset_s
+
+
+def overwrite(path: Path, at: int, junk: bytes) -> None:
+    data = bytearray(path.read_bytes())
+    data[at : at + len(junk)] = junk
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("before_newline", [1, 20, 39])
+def test_lines_merged_by_junk_count_every_poll_lost(tmp_path, before_newline):
+    """40 junk bytes written over the newline between two lines of a real log (and over
+    the first line's end, or the second's timestamp): two polls lost, two dropped."""
+    _, csv_path = doctored_copy(tmp_path)
+    original = read_power_log(csv_path)
+    assert (original.n_rows_total, original.n_rows_dropped) == (72, 0)
+    text = csv_path.read_bytes()
+    newline = [i for i, byte in enumerate(text) if byte == ord("\n")][10]  # after line 10
+    overwrite(csv_path, newline - before_newline, b"\xff\x00#junk" * 6 + b"junk")
+    assert len(csv_path.read_bytes()) == len(text)
+    log = read_power_log(csv_path)
+    assert (log.n_rows_total, log.n_rows_dropped) == (72, 2)
+    kept = np.delete(original.samples["power.draw.instant"].to_numpy(), [9, 10])
+    np.testing.assert_array_equal(log.samples["power.draw.instant"].to_numpy(), kept)
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        ("", "holds its header but no sample"),
+        ("\n\n", "holds its header but no sample"),
+        ("[Unknown Error]\n", "has no usable row"),
+    ],
+    ids=["header-only", "header-and-blank-lines", "junk-only"],
+)
+def test_log_without_a_sample_says_so(tmp_path, body, says):
+    _, csv_path = doctored_copy(tmp_path)
+    header = csv_path.read_text().splitlines()[0]
+    csv_path.write_text(header + "\n" + body)
+    with pytest.raises(PowerLogError, match=re.escape(str(csv_path))) as error:
+        read_power_log(csv_path)
+    assert says in str(error.value)
+    assert "nounits" not in str(error.value)
