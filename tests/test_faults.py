@@ -103,6 +103,7 @@ from test_evaluate import (
     record,
     write_pair,
 )
+from test_evaluate_h100 import by_hand
 from test_harness import CONV_SPEC, _job
 from test_nvsmi import TRACE_FIELDS, UUID, rows
 from test_powerlog import HEADER, T0, clean_line, stamp, write
@@ -824,6 +825,91 @@ def line_times_s(body: list[str], utc_offset_s: int) -> np.ndarray:
     """The UTC time of each log line, from its local timestamp."""
     stamps = pd.to_datetime([line.split(",")[0] for line in body], format="%Y/%m/%d %H:%M:%S.%f")
     return stamps.to_numpy("datetime64[us]").astype(np.int64) / 1e6 - utc_offset_s
+
+
+def real_window() -> tuple[float, float]:
+    record = json.loads(REAL_H100.with_suffix(".json").read_text())
+    return record["timed_start_unix_s"], record["timed_end_unix_s"]
+
+
+START_S, END_S = real_window()
+MIDDLE_S = (START_S + END_S) / 2
+
+
+@pytest.mark.parametrize(
+    ("keep", "fields", "says"),
+    [
+        (lambda t: t < START_S - 0.3, {}, "has no usable row in"),  # the first 8 lines
+        (
+            None,
+            {"timed_start_unix_s": START_S + 1000, "timed_end_unix_s": END_S + 1000},
+            "has no usable row in",
+        ),
+        (lambda t: t <= MIDDLE_S, {}, "covers only part of"),
+        (lambda t: t >= MIDDLE_S, {}, "covers only part of"),
+    ],
+    ids=["cut-to-8-lines", "window-shifted-1000-s", "ends-mid-window", "starts-mid-window"],
+)
+def test_log_not_covering_the_window_fails_naming_the_file(request, tmp_path, keep, fields, says):
+    json_path, csv_path = doctored_copy(tmp_path, keep, **fields)
+    if "cut-to-8-lines" in request.node.name:
+        assert len(csv_path.read_text().splitlines()) == 8
+    with pytest.raises(PowerLogError, match=re.escape(str(csv_path))) as error:
+        evaluate_measurement(json_path, csv_path)
+    assert says in str(error.value)
+    assert str(json_path) in str(error.value)
+
+
+def test_log_ending_within_the_tolerance_is_evaluated(tmp_path):
+    """A real logger ends up to 1.01 polling intervals before the window's end; one that
+    ends 2 to 3 intervals early is still accepted, and evaluated on the rows it has."""
+    json_path, csv_path = doctored_copy(tmp_path, lambda t: t <= END_S - 0.04)
+    body = csv_path.read_text().splitlines()[1:]
+    last_s = line_times_s(body, 0)[-1]
+    assert 0.04 < END_S - last_s < 0.06
+    row = evaluate_measurement(json_path, csv_path, min_power_updates=1)
+    expected = by_hand(str(tmp_path / "doctored"))
+    for key in ("n_power_samples", "power_w", "energy_j", "sigma_power_w"):
+        assert row[key] == pytest.approx(expected[key], rel=1e-9), key
+    assert row["low_power_samples"] is False
+
+
+def na_power(line: str) -> str:
+    """The line as nvidia-smi prints it when it cannot read power."""
+    cells = line.split(", ")
+    cells[2] = "[N/A]"  # power.draw.instant
+    return ", ".join(cells)
+
+
+def test_window_without_a_usable_row_fails_naming_the_file(tmp_path):
+    # Every line of the 1 s window unreadable: the log spans the window but has no sample.
+    json_path, csv_path = doctored_copy(
+        tmp_path, change=lambda t, line: na_power(line) if START_S <= t <= END_S else line
+    )
+    with pytest.raises(PowerLogError, match=re.escape(str(csv_path))) as error:
+        evaluate_measurement(json_path, csv_path)
+    assert "has no usable row in" in str(error.value)
+
+
+def test_hole_in_the_window_flags_the_row(tmp_path):
+    """0.2 s of the window unreadable (more than 3 polls of 20 ms): the row keeps its
+    values, computed on the readable rows, and is flagged low_power_samples."""
+    hole = (START_S + 0.3, START_S + 0.5)
+    json_path, csv_path = doctored_copy(
+        tmp_path, change=lambda t, line: na_power(line) if hole[0] <= t <= hole[1] else line
+    )
+    n_unreadable = csv_path.read_text().count("[N/A]")
+    assert n_unreadable >= 9
+    row = evaluate_measurement(json_path, csv_path, min_power_updates=1)
+    expected = by_hand(str(tmp_path / "doctored"))
+    assert row["n_rows_dropped"] == n_unreadable
+    assert row["power_w"] == pytest.approx(expected["power_w"], rel=1e-9)
+    assert row["low_power_samples"] is True
+    # The log without the hole is not flagged.
+    real = evaluate_measurement(
+        REAL_H100.with_suffix(".json"), REAL_H100.with_suffix(".csv"), min_power_updates=1
+    )
+    assert real["low_power_samples"] is False
 
 
 def overwrite(path: Path, at: int, junk: bytes) -> None:

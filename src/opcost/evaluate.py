@@ -12,8 +12,10 @@ Method
    ``power.draw`` (on Ampere and newer ``power.draw`` is a one-second average that would
    smear the startup effect into the window); column ``power_field`` says which.
 2. Cut the log to the timed window: ``timed_start_unix_s <= t <= timed_end_unix_s``, with
-   ``t`` = the CSV's local timestamp minus the JSON's ``utc_offset_s``. A window without a
-   usable row raises :class:`opcost.powerlog.PowerLogError` naming the CSV.
+   ``t`` = the CSV's local timestamp minus the JSON's ``utc_offset_s``. The log must cover
+   the window: a log whose usable rows start more than 3 polling intervals after the
+   window's start or end more than that before its end, or a window longer than that
+   without a usable row, raises :class:`opcost.powerlog.PowerLogError` naming the CSV.
 3. Over the n samples W_i in the window: mean W̄ (3.1) and sample std σ_W (3.2, ddof 1);
    keep the samples with |W_i - W̄| <= 3 σ_W (3.3); their mean is ``power_w`` and their
    sample std ``sigma_power_w``.
@@ -49,6 +51,15 @@ Choices where the thesis is ambiguous
   of the power field in the window; two updates that happen to report the same value
   count once. A measurement with fewer than ``min_power_updates`` (default 10) is flagged
   ``low_power_samples``; its power values are kept but should not be used unflagged.
+- *Coverage.* The profile stage's logger runs before, through and after the window (a
+  logger that dies early fails its job). In the 7,401 committed real logs the first usable
+  row comes before the window's start, the last at most 1.01 polling intervals before its
+  end, and consecutive rows at most 2.25 intervals apart; the tolerance is 3 intervals. A
+  log that misses more at an edge is not the window's log (cut, or a wrong clock or
+  ``utc_offset_s``): evaluation fails. A window shorter than the tolerance may hold no
+  sample (polls 20 ms apart, a 20 ms window): time stands, power is NaN, and the row is
+  flagged ``low_power_samples``. A stretch of more than the tolerance without a usable row
+  inside the window (rows dropped there) flags the row ``low_power_samples`` too.
 - *Cross-checks* use all samples in the window, unfiltered: ``energy_integrated_j`` is the
   trapezoid integral of the power samples over their timestamps, plus the first and last
   reading held constant out to the window's edges; ``energy_nvml_j`` is the NVML energy
@@ -109,7 +120,7 @@ sigma_power_unfiltered_w   W        σ_W, their sample std (3.2)
 power_w                    W        W̄_filtered, mean after the 3σ filter (3.3)
 sigma_power_w              W        σ_W̄_filtered, sample std after the filter
 sem_power_w                W        standard error of power_w (see choices)
-low_power_samples          --       n_power_updates < min_power_updates (bool)
+low_power_samples          --       n_power_updates < min_power_updates, or a hole (bool)
 ========================== ======== =====================================================
 
 Energy (NaN for time-only measurements):
@@ -253,6 +264,9 @@ _CONDITION_COLUMNS = {
     "utilization.gpu": "utilization_gpu_pct",
 }
 _NAN = float("nan")
+#: A log must reach this many polling intervals of the timed window's edges (see
+#: :func:`_check_coverage`).
+COVERAGE_TOLERANCE_INTERVALS = 3
 
 
 class EvaluationError(ValueError):
@@ -281,7 +295,7 @@ def evaluate_measurement(
     Raises:
         EvaluationError: The JSON is unreadable or lacks a key the evaluation needs.
         PowerLogError: The measurement has power but its CSV is missing or unusable, or
-            has no usable row in the timed window.
+            does not cover the timed window (see the module docstring).
     """
     json_path = Path(json_path)
     record = _read_record(json_path)
@@ -545,22 +559,14 @@ def _power_columns(
     end_us = (end + utc_offset_s) * 1e6
     in_window = (local_us >= start_us) & (local_us <= end_us)
     n = int(in_window.sum())
+    has_hole = _check_coverage(record, log, json_path, local_us / 1e6 - utc_offset_s, n)
     if n == 0:
-        first, last = (local_us[[0, -1]] / 1e6 - utc_offset_s).tolist()
-        if first <= end:
-            # The logger ran through the window (a logger that died fails its job), but the
-            # window is shorter than the polling interval: no sample fell inside. Time
-            # stands; power is unknown, and the row is flagged.
-            row = _time_only_power_columns()
-            row.update(power_field=log.power_field, low_power_samples=True)
-            row.update(n_rows_total=log.n_rows_total, n_rows_dropped=log.n_rows_dropped)
-            return row
-        raise PowerLogError(
-            f"power log {log.path} has no usable row in the timed window "
-            f"[{start:.3f}, {end:.3f}] s (unix) of {json_path}; the log's usable rows span "
-            f"[{first:.3f}, {last:.3f}] s (with utc_offset_s={utc_offset_s:g}); check that "
-            f"nvidia-smi ran during the timed region and that utc_offset_s is right"
-        )
+        # The log spans the window, but the window is shorter than the coverage tolerance
+        # and no poll fell inside. Time stands; power is unknown, and the row is flagged.
+        row = _time_only_power_columns()
+        row.update(power_field=log.power_field, low_power_samples=True)
+        row.update(n_rows_total=log.n_rows_total, n_rows_dropped=log.n_rows_dropped)
+        return row
     power_w = log.samples[log.power_field].to_numpy(np.float64)[in_window]
     t_s = (local_us[in_window] - start_us) / 1e6  # seconds since the window's start
 
@@ -603,7 +609,7 @@ def _power_columns(
         "power_w": float(power_filtered_w),
         "sigma_power_w": float(sigma_filtered_w),
         "sem_power_w": float(sigma_filtered_w / math.sqrt(n_filtered_updates)),
-        "low_power_samples": n_updates < min_power_updates,
+        "low_power_samples": n_updates < min_power_updates or has_hole,
         "energy_total_j": float(energy_total_j),
         "sigma_energy_total_j": float(sigma_energy_total_j),
         "energy_j": float(energy_total_j / iterations),  # (3.7)
@@ -617,6 +623,48 @@ def _power_columns(
         else:
             row[column] = _NAN
     return row
+
+
+def _check_coverage(
+    record: dict[str, Any], log: PowerLog, json_path: Path, unix_s: np.ndarray, n: int
+) -> bool:
+    """Check that the log's usable rows cover the timed window; True if it has a hole.
+
+    With the tolerance COVERAGE_TOLERANCE_INTERVALS polling intervals (the record's
+    ``power_interval_ms``, else the log's median spacing): the first usable row must come
+    at most the tolerance after the window's start and the last one at most the tolerance
+    before its end, and a window longer than the tolerance must hold a usable row; else
+    this raises PowerLogError. A stretch of the window longer than the tolerance between
+    two usable rows (rows dropped inside it) is a hole: the row is flagged.
+    """
+    start = float(record["timed_start_unix_s"])
+    end = float(record["timed_end_unix_s"])
+    interval_ms = record.get("power_interval_ms")
+    if interval_ms is not None:
+        interval_s = interval_ms / 1000
+    else:
+        interval_s = float(np.median(np.diff(unix_s))) if len(unix_s) > 1 else 0.0
+    slack_s = COVERAGE_TOLERANCE_INTERVALS * interval_s
+    first, last = float(unix_s[0]), float(unix_s[-1])
+    gaps = []
+    if first > start + slack_s:
+        gaps.append(f"it starts {first - start:.3f} s after the window's start")
+    if last < end - slack_s:
+        gaps.append(f"it ends {end - last:.3f} s before the window's end")
+    if n == 0 and not gaps and end - start > slack_s:
+        gaps.append(f"none of its rows in the window's {end - start:.3f} s is usable")
+    if gaps:
+        what = "has no usable row in" if n == 0 else "covers only part of"
+        raise PowerLogError(
+            f"power log {log.path} {what} the timed window of {json_path}: "
+            f"{' and '.join(gaps)} (rows [{first:.3f}, {last:.3f}] s, window "
+            f"[{start:.3f}, {end:.3f}] s, utc_offset_s={record['utc_offset_s']}; tolerance "
+            f"{slack_s:.3f} s); check utc_offset_s, else remeasure it (chmod u+w, delete "
+            f"the .json and .csv, rerun)"
+        )
+    # Stretches between consecutive usable rows, clipped to the window.
+    hole_s = np.minimum(unix_s[1:], end) - np.maximum(unix_s[:-1], start)
+    return bool(hole_s.size and hole_s.max() > slack_s)
 
 
 def _mean(values: np.ndarray) -> float:
