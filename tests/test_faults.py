@@ -110,7 +110,7 @@ from test_powerlog import HEADER, T0, clean_line, stamp, write
 from test_workflow import snakemake, snakemake_argv, snakemake_env
 
 from opcost import harness
-from opcost.evaluate import evaluate_gpu, evaluate_measurement
+from opcost.evaluate import EvaluationError, evaluate_gpu, evaluate_measurement
 from opcost.gpu_setting import (
     GpuSettingError,
     applied_setting,
@@ -910,6 +910,37 @@ def test_hole_in_the_window_flags_the_row(tmp_path):
         REAL_H100.with_suffix(".json"), REAL_H100.with_suffix(".csv"), min_power_updates=1
     )
     assert real["low_power_samples"] is False
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("energy_counter_start_mj", "garbage"),
+        ("energy_counter_start_mj", float("nan")),
+        ("energy_counter_end_mj", 1),  # below the start: the counter only grows
+        ("total_time_s", -5),
+        ("total_time_s", 0),
+        ("sigma_total_time_s", -0.1),
+        ("iterations", 0),
+        ("iterations", 2.5),
+        ("iterations", True),
+        ("timed_start_unix_s", "soon"),
+        ("timed_end_unix_s", float("inf")),
+        ("utc_offset_s", 10**6),
+        ("power_interval_ms", 0),
+        ("block_size", -1),
+        ("peak_memory_bytes", -1),
+        ("tf32", "yes"),
+        ("gpu", None),
+        ("spec", [1, 2]),
+    ],
+    ids=lambda v: json.dumps(v, separators=(",", ":")).strip('"'),
+)
+def test_bad_benchmark_field_fails_naming_file_and_field(tmp_path, field, value):
+    json_path, csv_path = doctored_copy(tmp_path, **{field: value})
+    with pytest.raises(EvaluationError, match=re.escape(str(json_path))) as error:
+        evaluate_measurement(json_path, csv_path)
+    assert field in str(error.value)
 
 
 def overwrite(path: Path, at: int, junk: bytes) -> None:

@@ -167,7 +167,9 @@ from __future__ import annotations
 
 import json
 import math
+import reprlib
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -269,6 +271,73 @@ _NAN = float("nan")
 COVERAGE_TOLERANCE_INTERVALS = 3
 
 
+@dataclass(frozen=True)
+class RecordField:
+    """What one field of a benchmark record may hold: JSON types and a range."""
+
+    types: tuple[str, ...]  # "integer", "number" (finite), "string", "boolean", "object"
+    nullable: bool = True
+    minimum: float | None = None  # least value allowed
+    above: float | None = None  # values must be greater than this
+    maximum: float | None = None  # greatest value allowed
+
+
+_OPTIONAL_STR = RecordField(("string",))
+_COUNT = RecordField(("integer",), minimum=1)
+_NONNEGATIVE_INT = RecordField(("integer",), minimum=0)
+_TIME_S = RecordField(("number",), minimum=0)
+#: The benchmark-record fields the evaluation reads (docs/formats.md), checked when a
+#: record is read; other fields are not. ``schema_version``, ``status`` and ``kind`` are
+#: checked before, with their own messages.
+RECORD_FIELDS: dict[str, RecordField] = {
+    "failure_reason": _OPTIONAL_STR,
+    "gpu": RecordField(("string",), nullable=False),
+    "setting": RecordField(("string",), nullable=False),
+    "mode": RecordField(("string",), nullable=False),
+    "op_id": _OPTIONAL_STR,
+    "model_input": _OPTIONAL_STR,
+    "spec": RecordField(("object",)),
+    "device": _OPTIONAL_STR,
+    "dtype": _OPTIONAL_STR,
+    "tf32": RecordField(("boolean",)),
+    "power_available": RecordField(("boolean",)),
+    "block_size": _COUNT,
+    "number_per_run": _COUNT,
+    "warmup_iterations": _NONNEGATIVE_INT,
+    "requested_sm_clock_mhz": _COUNT,
+    "requested_power_limit_w": _COUNT,
+    "power_interval_ms": _COUNT,
+    "peak_memory_bytes": _NONNEGATIVE_INT,
+    "gpu_name": _OPTIONAL_STR,
+    "gpu_uuid": _OPTIONAL_STR,
+    "driver_version": _OPTIONAL_STR,
+    "cuda_version": _OPTIONAL_STR,
+    "torch_version": _OPTIONAL_STR,
+    "host": _OPTIONAL_STR,
+    "iterations": _COUNT,
+    "total_time_s": RecordField(("number",), above=0),
+    "sigma_total_time_s": _TIME_S,
+    "timed_start_unix_s": _TIME_S,
+    "timed_end_unix_s": _TIME_S,
+    # Local time minus UTC: time zones lie within -12 h and +14 h.
+    "utc_offset_s": RecordField(("integer",), minimum=-12 * 3600, maximum=14 * 3600),
+    "energy_counter_start_mj": _NONNEGATIVE_INT,
+    "energy_counter_end_mj": _NONNEGATIVE_INT,
+}
+#: Fields a record of ``status: ok`` must hold, not null.
+REQUIRED_WHEN_OK = ("iterations", "total_time_s", "timed_start_unix_s", "timed_end_unix_s")
+_JSON_TYPES = {
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: (
+        (isinstance(v, int) and not isinstance(v, bool))
+        or (isinstance(v, float) and math.isfinite(v))
+    ),
+    "string": lambda v: isinstance(v, str),
+    "boolean": lambda v: isinstance(v, bool),
+    "object": lambda v: isinstance(v, dict),
+}
+
+
 class EvaluationError(ValueError):
     """A benchmark JSON cannot be evaluated; the message names the file."""
 
@@ -293,7 +362,8 @@ def evaluate_measurement(
         (:data:`FAILURE_COLUMNS`).
 
     Raises:
-        EvaluationError: The JSON is unreadable or lacks a key the evaluation needs.
+        EvaluationError: The JSON is unreadable, or a field the evaluation reads is
+            missing, of the wrong type or out of range (:data:`RECORD_FIELDS`).
         PowerLogError: The measurement has power but its CSV is missing or unusable, or
             does not cover the timed window (see the module docstring).
     """
@@ -447,7 +517,38 @@ def _read_record(json_path: Path) -> dict[str, Any]:
             f"benchmark JSON {json_path} has kind {record.get('kind')!r}; expected 'op' or "
             f"'network'"
         )
+    problem = _record_problem(record)
+    if problem is not None:
+        raise EvaluationError(
+            f"benchmark JSON {json_path}: {problem} (docs/formats.md); rerun its profile job"
+        )
     return record
+
+
+def _record_problem(record: dict[str, Any]) -> str | None:
+    """The first field that breaks :data:`RECORD_FIELDS`, said in words; None if none."""
+    required = REQUIRED_WHEN_OK if record["status"] == "ok" else ()
+    for key, field in RECORD_FIELDS.items():
+        value = record.get(key)
+        if value is None:
+            if key in required or (not field.nullable):
+                return f"{key} is missing or null, expected {' or '.join(field.types)}"
+            continue
+        if not any(_JSON_TYPES[t](value) for t in field.types):
+            allowed = " or ".join(field.types) + (" or null" if field.nullable else "")
+            return f"{key} is {reprlib.repr(value)}, expected {allowed}"
+        if (
+            (field.minimum is not None and value < field.minimum)
+            or (field.above is not None and value <= field.above)
+            or (field.maximum is not None and value > field.maximum)
+        ):
+            bounds = [
+                f"{op} {bound:g}"
+                for op, bound in ((">=", field.minimum), (">", field.above), ("<=", field.maximum))
+                if bound is not None
+            ]
+            return f"{key} is {value!r}, expected {' and '.join(bounds)}"
+    return None
 
 
 def _number(record: dict[str, Any], key: str, json_path: Path, *, required: bool) -> float:
@@ -496,20 +597,23 @@ def _identity_columns(record: dict[str, Any], json_path: Path) -> dict[str, Any]
 
 
 def _time_columns(record: dict[str, Any], json_path: Path) -> dict[str, Any]:
-    iterations = record.get("iterations")
-    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
-        raise EvaluationError(
-            f"benchmark JSON {json_path}: iterations is {iterations!r}, expected a positive "
-            f"integer; rerun its profile job"
-        )
-    total_time_s = _number(record, "total_time_s", json_path, required=True)
+    # Types and ranges are checked against RECORD_FIELDS when the record is read.
+    iterations = record["iterations"]
+    total_time_s = float(record["total_time_s"])
     sigma_total_time_s = _number(record, "sigma_total_time_s", json_path, required=False)
-    start = _number(record, "timed_start_unix_s", json_path, required=True)
-    end = _number(record, "timed_end_unix_s", json_path, required=True)
+    start = float(record["timed_start_unix_s"])
+    end = float(record["timed_end_unix_s"])
     if end < start:
         raise EvaluationError(
             f"benchmark JSON {json_path}: timed_end_unix_s {end} is before timed_start_unix_s "
             f"{start}; rerun its profile job"
+        )
+    e0 = record.get("energy_counter_start_mj")
+    e1 = record.get("energy_counter_end_mj")
+    if e0 is not None and e1 is not None and e1 < e0:
+        raise EvaluationError(
+            f"benchmark JSON {json_path}: energy_counter_end_mj {e1} is below "
+            f"energy_counter_start_mj {e0} (the counter only grows); rerun its profile job"
         )
     return {
         "iterations": iterations,
