@@ -110,8 +110,8 @@ Power (NaN, or 0 for counts, for time-only measurements):
 ========================== ======== =====================================================
 power_field                --       ``power.draw.instant`` or ``power.draw``; null if none
 power_interval_ms          ms       nvidia-smi polling interval (null if not recorded)
-n_rows_total               --       data lines in the whole log
-n_rows_dropped             --       lines of the whole log dropped as unusable
+n_rows_total               --       polls in the whole log (data lines, see powerlog)
+n_rows_dropped             --       polls of the whole log dropped as unusable
 n_power_samples            --       n, usable rows in the timed window
 n_power_updates            --       distinct power readings in the window
 n_filtered_out             --       samples removed by the 3σ filter (3.3)
