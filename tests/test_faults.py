@@ -103,13 +103,14 @@ from test_evaluate import (
     record,
     write_pair,
 )
+from test_evaluate_h100 import by_hand
 from test_harness import CONV_SPEC, _job
 from test_nvsmi import TRACE_FIELDS, UUID, rows
 from test_powerlog import HEADER, T0, clean_line, stamp, write
 from test_workflow import snakemake, snakemake_argv, snakemake_env
 
 from opcost import harness
-from opcost.evaluate import evaluate_gpu, evaluate_measurement
+from opcost.evaluate import EvaluationError, evaluate_gpu, evaluate_measurement
 from opcost.gpu_setting import (
     GpuSettingError,
     applied_setting,
@@ -791,3 +792,194 @@ def test_run_killed_mid_profiling_resumes_and_completes(repo, tmp_path):
     unique = pd.read_parquet(tmp_path / "results/ops/unique.parquet")
     assert len(dataset) == 2 * len(unique) + 4
     assert not list(raw.rglob(".*.tmp-*"))
+
+
+# --- issue 19: power logs that do not cover the window, bad record fields, merged lines ----
+#
+# Each starts from a real H100 measurement (tests/data/h100), copied to tmp_path and
+# doctored there. Its timed window is 1.008 s; its log, polled every 20 ms, runs from
+# 0.44 s before the window to 1 ms after it (72 lines).
+
+REAL_H100 = Path(__file__).parent / "data/h100/raw/h100/default/inference/ops/025dc3cf99733f10"
+
+
+def doctored_copy(tmp_path: Path, keep=None, change=None, **fields) -> tuple[Path, Path]:
+    """REAL_H100 copied to tmp_path/doctored.{json,csv}: ``fields`` set in the JSON, the
+    CSV's data lines filtered by ``keep(unix_s)`` and rewritten by ``change(unix_s, line)``
+    (both given each line's time, UTC seconds)."""
+    record = json.loads(REAL_H100.with_suffix(".json").read_text())
+    record.update(fields)
+    json_path = tmp_path / "doctored.json"
+    json_path.write_text(json.dumps(record))
+    header, *body = REAL_H100.with_suffix(".csv").read_text().splitlines()
+    lines = [header]
+    for line, unix_s in zip(body, line_times_s(body, record["utc_offset_s"]), strict=True):
+        if keep is None or keep(unix_s):
+            lines.append(change(unix_s, line) if change else line)
+    csv_path = tmp_path / "doctored.csv"
+    csv_path.write_text("\n".join(lines) + "\n")
+    return json_path, csv_path
+
+
+def line_times_s(body: list[str], utc_offset_s: int) -> np.ndarray:
+    """The UTC time of each log line, from its local timestamp."""
+    stamps = pd.to_datetime([line.split(",")[0] for line in body], format="%Y/%m/%d %H:%M:%S.%f")
+    return stamps.to_numpy("datetime64[us]").astype(np.int64) / 1e6 - utc_offset_s
+
+
+def real_window() -> tuple[float, float]:
+    record = json.loads(REAL_H100.with_suffix(".json").read_text())
+    return record["timed_start_unix_s"], record["timed_end_unix_s"]
+
+
+START_S, END_S = real_window()
+MIDDLE_S = (START_S + END_S) / 2
+
+
+@pytest.mark.parametrize(
+    ("keep", "fields", "says"),
+    [
+        (lambda t: t < START_S - 0.3, {}, "has no usable row in"),  # the first 8 lines
+        (
+            None,
+            {"timed_start_unix_s": START_S + 1000, "timed_end_unix_s": END_S + 1000},
+            "has no usable row in",
+        ),
+        (lambda t: t <= MIDDLE_S, {}, "covers only part of"),
+        (lambda t: t >= MIDDLE_S, {}, "covers only part of"),
+    ],
+    ids=["cut-to-8-lines", "window-shifted-1000-s", "ends-mid-window", "starts-mid-window"],
+)
+def test_log_not_covering_the_window_fails_naming_the_file(request, tmp_path, keep, fields, says):
+    json_path, csv_path = doctored_copy(tmp_path, keep, **fields)
+    if "cut-to-8-lines" in request.node.name:
+        assert len(csv_path.read_text().splitlines()) == 8
+    with pytest.raises(PowerLogError, match=re.escape(str(csv_path))) as error:
+        evaluate_measurement(json_path, csv_path)
+    assert says in str(error.value)
+    assert str(json_path) in str(error.value)
+
+
+def test_log_ending_within_the_tolerance_is_evaluated(tmp_path):
+    """A real logger ends up to 1.01 polling intervals before the window's end; one that
+    ends 2 to 3 intervals early is still accepted, and evaluated on the rows it has."""
+    json_path, csv_path = doctored_copy(tmp_path, lambda t: t <= END_S - 0.04)
+    body = csv_path.read_text().splitlines()[1:]
+    last_s = line_times_s(body, 0)[-1]
+    assert 0.04 < END_S - last_s < 0.06
+    row = evaluate_measurement(json_path, csv_path, min_power_updates=1)
+    expected = by_hand(str(tmp_path / "doctored"))
+    for key in ("n_power_samples", "power_w", "energy_j", "sigma_power_w"):
+        assert row[key] == pytest.approx(expected[key], rel=1e-9), key
+    assert row["low_power_samples"] is False
+
+
+def na_power(line: str) -> str:
+    """The line as nvidia-smi prints it when it cannot read power."""
+    cells = line.split(", ")
+    cells[2] = "[N/A]"  # power.draw.instant
+    return ", ".join(cells)
+
+
+def test_window_without_a_usable_row_fails_naming_the_file(tmp_path):
+    # Every line of the 1 s window unreadable: the log spans the window but has no sample.
+    json_path, csv_path = doctored_copy(
+        tmp_path, change=lambda t, line: na_power(line) if START_S <= t <= END_S else line
+    )
+    with pytest.raises(PowerLogError, match=re.escape(str(csv_path))) as error:
+        evaluate_measurement(json_path, csv_path)
+    assert "has no usable row in" in str(error.value)
+
+
+def test_hole_in_the_window_flags_the_row(tmp_path):
+    """0.2 s of the window unreadable (more than 3 polls of 20 ms): the row keeps its
+    values, computed on the readable rows, and is flagged low_power_samples."""
+    hole = (START_S + 0.3, START_S + 0.5)
+    json_path, csv_path = doctored_copy(
+        tmp_path, change=lambda t, line: na_power(line) if hole[0] <= t <= hole[1] else line
+    )
+    n_unreadable = csv_path.read_text().count("[N/A]")
+    assert n_unreadable >= 9
+    row = evaluate_measurement(json_path, csv_path, min_power_updates=1)
+    expected = by_hand(str(tmp_path / "doctored"))
+    assert row["n_rows_dropped"] == n_unreadable
+    assert row["power_w"] == pytest.approx(expected["power_w"], rel=1e-9)
+    assert row["low_power_samples"] is True
+    # The log without the hole is not flagged.
+    real = evaluate_measurement(
+        REAL_H100.with_suffix(".json"), REAL_H100.with_suffix(".csv"), min_power_updates=1
+    )
+    assert real["low_power_samples"] is False
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("energy_counter_start_mj", "garbage"),
+        ("energy_counter_start_mj", float("nan")),
+        ("energy_counter_end_mj", 1),  # below the start: the counter only grows
+        ("total_time_s", -5),
+        ("total_time_s", 0),
+        ("sigma_total_time_s", -0.1),
+        ("iterations", 0),
+        ("iterations", 2.5),
+        ("iterations", True),
+        ("timed_start_unix_s", "soon"),
+        ("timed_end_unix_s", float("inf")),
+        ("utc_offset_s", 10**6),
+        ("power_interval_ms", 0),
+        ("block_size", -1),
+        ("peak_memory_bytes", -1),
+        ("tf32", "yes"),
+        ("gpu", None),
+        ("spec", [1, 2]),
+    ],
+    ids=lambda v: json.dumps(v, separators=(",", ":")).strip('"'),
+)
+def test_bad_benchmark_field_fails_naming_file_and_field(tmp_path, field, value):
+    json_path, csv_path = doctored_copy(tmp_path, **{field: value})
+    with pytest.raises(EvaluationError, match=re.escape(str(json_path))) as error:
+        evaluate_measurement(json_path, csv_path)
+    assert field in str(error.value)
+
+
+def overwrite(path: Path, at: int, junk: bytes) -> None:
+    data = bytearray(path.read_bytes())
+    data[at : at + len(junk)] = junk
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("before_newline", [1, 20, 39])
+def test_lines_merged_by_junk_count_every_poll_lost(tmp_path, before_newline):
+    """40 junk bytes written over the newline between two lines of a real log (and over
+    the first line's end, or the second's timestamp): two polls lost, two dropped."""
+    _, csv_path = doctored_copy(tmp_path)
+    original = read_power_log(csv_path)
+    assert (original.n_rows_total, original.n_rows_dropped) == (72, 0)
+    text = csv_path.read_bytes()
+    newline = [i for i, byte in enumerate(text) if byte == ord("\n")][10]  # after line 10
+    overwrite(csv_path, newline - before_newline, b"\xff\x00#junk" * 6 + b"junk")
+    assert len(csv_path.read_bytes()) == len(text)
+    log = read_power_log(csv_path)
+    assert (log.n_rows_total, log.n_rows_dropped) == (72, 2)
+    kept = np.delete(original.samples["power.draw.instant"].to_numpy(), [9, 10])
+    np.testing.assert_array_equal(log.samples["power.draw.instant"].to_numpy(), kept)
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        ("", "holds its header but no sample"),
+        ("\n\n", "holds its header but no sample"),
+        ("[Unknown Error]\n", "has no usable row"),
+    ],
+    ids=["header-only", "header-and-blank-lines", "junk-only"],
+)
+def test_log_without_a_sample_says_so(tmp_path, body, says):
+    _, csv_path = doctored_copy(tmp_path)
+    header = csv_path.read_text().splitlines()[0]
+    csv_path.write_text(header + "\n" + body)
+    with pytest.raises(PowerLogError, match=re.escape(str(csv_path))) as error:
+        read_power_log(csv_path)
+    assert says in str(error.value)
+    assert "nounits" not in str(error.value)

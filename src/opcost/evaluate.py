@@ -12,8 +12,10 @@ Method
    ``power.draw`` (on Ampere and newer ``power.draw`` is a one-second average that would
    smear the startup effect into the window); column ``power_field`` says which.
 2. Cut the log to the timed window: ``timed_start_unix_s <= t <= timed_end_unix_s``, with
-   ``t`` = the CSV's local timestamp minus the JSON's ``utc_offset_s``. A window without a
-   usable row raises :class:`opcost.powerlog.PowerLogError` naming the CSV.
+   ``t`` = the CSV's local timestamp minus the JSON's ``utc_offset_s``. The log must cover
+   the window: a log whose usable rows start more than 3 polling intervals after the
+   window's start or end more than that before its end, or a window longer than that
+   without a usable row, raises :class:`opcost.powerlog.PowerLogError` naming the CSV.
 3. Over the n samples W_i in the window: mean W̄ (3.1) and sample std σ_W (3.2, ddof 1);
    keep the samples with |W_i - W̄| <= 3 σ_W (3.3); their mean is ``power_w`` and their
    sample std ``sigma_power_w``.
@@ -49,6 +51,15 @@ Choices where the thesis is ambiguous
   of the power field in the window; two updates that happen to report the same value
   count once. A measurement with fewer than ``min_power_updates`` (default 10) is flagged
   ``low_power_samples``; its power values are kept but should not be used unflagged.
+- *Coverage.* The profile stage's logger runs before, through and after the window (a
+  logger that dies early fails its job). In the 7,401 committed real logs the first usable
+  row comes before the window's start, the last at most 1.01 polling intervals before its
+  end, and consecutive rows at most 2.25 intervals apart; the tolerance is 3 intervals. A
+  log that misses more at an edge is not the window's log (cut, or a wrong clock or
+  ``utc_offset_s``): evaluation fails. A window shorter than the tolerance may hold no
+  sample (polls 20 ms apart, a 20 ms window): time stands, power is NaN, and the row is
+  flagged ``low_power_samples``. A stretch of more than the tolerance without a usable row
+  inside the window (rows dropped there) flags the row ``low_power_samples`` too.
 - *Cross-checks* use all samples in the window, unfiltered: ``energy_integrated_j`` is the
   trapezoid integral of the power samples over their timestamps, plus the first and last
   reading held constant out to the window's edges; ``energy_nvml_j`` is the NVML energy
@@ -99,8 +110,8 @@ Power (NaN, or 0 for counts, for time-only measurements):
 ========================== ======== =====================================================
 power_field                --       ``power.draw.instant`` or ``power.draw``; null if none
 power_interval_ms          ms       nvidia-smi polling interval (null if not recorded)
-n_rows_total               --       data lines in the whole log
-n_rows_dropped             --       lines of the whole log dropped as unusable
+n_rows_total               --       polls in the whole log (data lines, see powerlog)
+n_rows_dropped             --       polls of the whole log dropped as unusable
 n_power_samples            --       n, usable rows in the timed window
 n_power_updates            --       distinct power readings in the window
 n_filtered_out             --       samples removed by the 3σ filter (3.3)
@@ -109,7 +120,7 @@ sigma_power_unfiltered_w   W        σ_W, their sample std (3.2)
 power_w                    W        W̄_filtered, mean after the 3σ filter (3.3)
 sigma_power_w              W        σ_W̄_filtered, sample std after the filter
 sem_power_w                W        standard error of power_w (see choices)
-low_power_samples          --       n_power_updates < min_power_updates (bool)
+low_power_samples          --       n_power_updates < min_power_updates, or a hole (bool)
 ========================== ======== =====================================================
 
 Energy (NaN for time-only measurements):
@@ -156,7 +167,9 @@ from __future__ import annotations
 
 import json
 import math
+import reprlib
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -253,6 +266,76 @@ _CONDITION_COLUMNS = {
     "utilization.gpu": "utilization_gpu_pct",
 }
 _NAN = float("nan")
+#: A log must reach this many polling intervals of the timed window's edges (see
+#: :func:`_check_coverage`).
+COVERAGE_TOLERANCE_INTERVALS = 3
+
+
+@dataclass(frozen=True)
+class RecordField:
+    """What one field of a benchmark record may hold: JSON types and a range."""
+
+    types: tuple[str, ...]  # "integer", "number" (finite), "string", "boolean", "object"
+    nullable: bool = True
+    minimum: float | None = None  # least value allowed
+    above: float | None = None  # values must be greater than this
+    maximum: float | None = None  # greatest value allowed
+
+
+_OPTIONAL_STR = RecordField(("string",))
+_COUNT = RecordField(("integer",), minimum=1)
+_NONNEGATIVE_INT = RecordField(("integer",), minimum=0)
+_TIME_S = RecordField(("number",), minimum=0)
+#: The benchmark-record fields the evaluation reads (docs/formats.md), checked when a
+#: record is read; other fields are not. ``schema_version``, ``status`` and ``kind`` are
+#: checked before, with their own messages.
+RECORD_FIELDS: dict[str, RecordField] = {
+    "failure_reason": _OPTIONAL_STR,
+    "gpu": RecordField(("string",), nullable=False),
+    "setting": RecordField(("string",), nullable=False),
+    "mode": RecordField(("string",), nullable=False),
+    "op_id": _OPTIONAL_STR,
+    "model_input": _OPTIONAL_STR,
+    "spec": RecordField(("object",)),
+    "device": _OPTIONAL_STR,
+    "dtype": _OPTIONAL_STR,
+    "tf32": RecordField(("boolean",)),
+    "power_available": RecordField(("boolean",)),
+    "block_size": _COUNT,
+    "number_per_run": _COUNT,
+    "warmup_iterations": _NONNEGATIVE_INT,
+    "requested_sm_clock_mhz": _COUNT,
+    "requested_power_limit_w": _COUNT,
+    "power_interval_ms": _COUNT,
+    "peak_memory_bytes": _NONNEGATIVE_INT,
+    "gpu_name": _OPTIONAL_STR,
+    "gpu_uuid": _OPTIONAL_STR,
+    "driver_version": _OPTIONAL_STR,
+    "cuda_version": _OPTIONAL_STR,
+    "torch_version": _OPTIONAL_STR,
+    "host": _OPTIONAL_STR,
+    "iterations": _COUNT,
+    "total_time_s": RecordField(("number",), above=0),
+    "sigma_total_time_s": _TIME_S,
+    "timed_start_unix_s": _TIME_S,
+    "timed_end_unix_s": _TIME_S,
+    # Local time minus UTC: time zones lie within -12 h and +14 h.
+    "utc_offset_s": RecordField(("integer",), minimum=-12 * 3600, maximum=14 * 3600),
+    "energy_counter_start_mj": _NONNEGATIVE_INT,
+    "energy_counter_end_mj": _NONNEGATIVE_INT,
+}
+#: Fields a record of ``status: ok`` must hold, not null.
+REQUIRED_WHEN_OK = ("iterations", "total_time_s", "timed_start_unix_s", "timed_end_unix_s")
+_JSON_TYPES = {
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: (
+        (isinstance(v, int) and not isinstance(v, bool))
+        or (isinstance(v, float) and math.isfinite(v))
+    ),
+    "string": lambda v: isinstance(v, str),
+    "boolean": lambda v: isinstance(v, bool),
+    "object": lambda v: isinstance(v, dict),
+}
 
 
 class EvaluationError(ValueError):
@@ -279,9 +362,10 @@ def evaluate_measurement(
         (:data:`FAILURE_COLUMNS`).
 
     Raises:
-        EvaluationError: The JSON is unreadable or lacks a key the evaluation needs.
+        EvaluationError: The JSON is unreadable, or a field the evaluation reads is
+            missing, of the wrong type or out of range (:data:`RECORD_FIELDS`).
         PowerLogError: The measurement has power but its CSV is missing or unusable, or
-            has no usable row in the timed window.
+            does not cover the timed window (see the module docstring).
     """
     json_path = Path(json_path)
     record = _read_record(json_path)
@@ -433,7 +517,38 @@ def _read_record(json_path: Path) -> dict[str, Any]:
             f"benchmark JSON {json_path} has kind {record.get('kind')!r}; expected 'op' or "
             f"'network'"
         )
+    problem = _record_problem(record)
+    if problem is not None:
+        raise EvaluationError(
+            f"benchmark JSON {json_path}: {problem} (docs/formats.md); rerun its profile job"
+        )
     return record
+
+
+def _record_problem(record: dict[str, Any]) -> str | None:
+    """The first field that breaks :data:`RECORD_FIELDS`, said in words; None if none."""
+    required = REQUIRED_WHEN_OK if record["status"] == "ok" else ()
+    for key, field in RECORD_FIELDS.items():
+        value = record.get(key)
+        if value is None:
+            if key in required or (not field.nullable):
+                return f"{key} is missing or null, expected {' or '.join(field.types)}"
+            continue
+        if not any(_JSON_TYPES[t](value) for t in field.types):
+            allowed = " or ".join(field.types) + (" or null" if field.nullable else "")
+            return f"{key} is {reprlib.repr(value)}, expected {allowed}"
+        if (
+            (field.minimum is not None and value < field.minimum)
+            or (field.above is not None and value <= field.above)
+            or (field.maximum is not None and value > field.maximum)
+        ):
+            bounds = [
+                f"{op} {bound:g}"
+                for op, bound in ((">=", field.minimum), (">", field.above), ("<=", field.maximum))
+                if bound is not None
+            ]
+            return f"{key} is {value!r}, expected {' and '.join(bounds)}"
+    return None
 
 
 def _number(record: dict[str, Any], key: str, json_path: Path, *, required: bool) -> float:
@@ -482,20 +597,23 @@ def _identity_columns(record: dict[str, Any], json_path: Path) -> dict[str, Any]
 
 
 def _time_columns(record: dict[str, Any], json_path: Path) -> dict[str, Any]:
-    iterations = record.get("iterations")
-    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
-        raise EvaluationError(
-            f"benchmark JSON {json_path}: iterations is {iterations!r}, expected a positive "
-            f"integer; rerun its profile job"
-        )
-    total_time_s = _number(record, "total_time_s", json_path, required=True)
+    # Types and ranges are checked against RECORD_FIELDS when the record is read.
+    iterations = record["iterations"]
+    total_time_s = float(record["total_time_s"])
     sigma_total_time_s = _number(record, "sigma_total_time_s", json_path, required=False)
-    start = _number(record, "timed_start_unix_s", json_path, required=True)
-    end = _number(record, "timed_end_unix_s", json_path, required=True)
+    start = float(record["timed_start_unix_s"])
+    end = float(record["timed_end_unix_s"])
     if end < start:
         raise EvaluationError(
             f"benchmark JSON {json_path}: timed_end_unix_s {end} is before timed_start_unix_s "
             f"{start}; rerun its profile job"
+        )
+    e0 = record.get("energy_counter_start_mj")
+    e1 = record.get("energy_counter_end_mj")
+    if e0 is not None and e1 is not None and e1 < e0:
+        raise EvaluationError(
+            f"benchmark JSON {json_path}: energy_counter_end_mj {e1} is below "
+            f"energy_counter_start_mj {e0} (the counter only grows); rerun its profile job"
         )
     return {
         "iterations": iterations,
@@ -545,22 +663,14 @@ def _power_columns(
     end_us = (end + utc_offset_s) * 1e6
     in_window = (local_us >= start_us) & (local_us <= end_us)
     n = int(in_window.sum())
+    has_hole = _check_coverage(record, log, json_path, local_us / 1e6 - utc_offset_s, n)
     if n == 0:
-        first, last = (local_us[[0, -1]] / 1e6 - utc_offset_s).tolist()
-        if first <= end:
-            # The logger ran through the window (a logger that died fails its job), but the
-            # window is shorter than the polling interval: no sample fell inside. Time
-            # stands; power is unknown, and the row is flagged.
-            row = _time_only_power_columns()
-            row.update(power_field=log.power_field, low_power_samples=True)
-            row.update(n_rows_total=log.n_rows_total, n_rows_dropped=log.n_rows_dropped)
-            return row
-        raise PowerLogError(
-            f"power log {log.path} has no usable row in the timed window "
-            f"[{start:.3f}, {end:.3f}] s (unix) of {json_path}; the log's usable rows span "
-            f"[{first:.3f}, {last:.3f}] s (with utc_offset_s={utc_offset_s:g}); check that "
-            f"nvidia-smi ran during the timed region and that utc_offset_s is right"
-        )
+        # The log spans the window, but the window is shorter than the coverage tolerance
+        # and no poll fell inside. Time stands; power is unknown, and the row is flagged.
+        row = _time_only_power_columns()
+        row.update(power_field=log.power_field, low_power_samples=True)
+        row.update(n_rows_total=log.n_rows_total, n_rows_dropped=log.n_rows_dropped)
+        return row
     power_w = log.samples[log.power_field].to_numpy(np.float64)[in_window]
     t_s = (local_us[in_window] - start_us) / 1e6  # seconds since the window's start
 
@@ -603,7 +713,7 @@ def _power_columns(
         "power_w": float(power_filtered_w),
         "sigma_power_w": float(sigma_filtered_w),
         "sem_power_w": float(sigma_filtered_w / math.sqrt(n_filtered_updates)),
-        "low_power_samples": n_updates < min_power_updates,
+        "low_power_samples": n_updates < min_power_updates or has_hole,
         "energy_total_j": float(energy_total_j),
         "sigma_energy_total_j": float(sigma_energy_total_j),
         "energy_j": float(energy_total_j / iterations),  # (3.7)
@@ -617,6 +727,48 @@ def _power_columns(
         else:
             row[column] = _NAN
     return row
+
+
+def _check_coverage(
+    record: dict[str, Any], log: PowerLog, json_path: Path, unix_s: np.ndarray, n: int
+) -> bool:
+    """Check that the log's usable rows cover the timed window; True if it has a hole.
+
+    With the tolerance COVERAGE_TOLERANCE_INTERVALS polling intervals (the record's
+    ``power_interval_ms``, else the log's median spacing): the first usable row must come
+    at most the tolerance after the window's start and the last one at most the tolerance
+    before its end, and a window longer than the tolerance must hold a usable row; else
+    this raises PowerLogError. A stretch of the window longer than the tolerance between
+    two usable rows (rows dropped inside it) is a hole: the row is flagged.
+    """
+    start = float(record["timed_start_unix_s"])
+    end = float(record["timed_end_unix_s"])
+    interval_ms = record.get("power_interval_ms")
+    if interval_ms is not None:
+        interval_s = interval_ms / 1000
+    else:
+        interval_s = float(np.median(np.diff(unix_s))) if len(unix_s) > 1 else 0.0
+    slack_s = COVERAGE_TOLERANCE_INTERVALS * interval_s
+    first, last = float(unix_s[0]), float(unix_s[-1])
+    gaps = []
+    if first > start + slack_s:
+        gaps.append(f"it starts {first - start:.3f} s after the window's start")
+    if last < end - slack_s:
+        gaps.append(f"it ends {end - last:.3f} s before the window's end")
+    if n == 0 and not gaps and end - start > slack_s:
+        gaps.append(f"none of its rows in the window's {end - start:.3f} s is usable")
+    if gaps:
+        what = "has no usable row in" if n == 0 else "covers only part of"
+        raise PowerLogError(
+            f"power log {log.path} {what} the timed window of {json_path}: "
+            f"{' and '.join(gaps)} (rows [{first:.3f}, {last:.3f}] s, window "
+            f"[{start:.3f}, {end:.3f}] s, utc_offset_s={record['utc_offset_s']}; tolerance "
+            f"{slack_s:.3f} s); check utc_offset_s, else remeasure it (chmod u+w, delete "
+            f"the .json and .csv, rerun)"
+        )
+    # Stretches between consecutive usable rows, clipped to the window.
+    hole_s = np.minimum(unix_s[1:], end) - np.maximum(unix_s[:-1], start)
+    return bool(hole_s.size and hole_s.max() > slack_s)
 
 
 def _mean(values: np.ndarray) -> float:

@@ -22,17 +22,23 @@ dropped"):
 - A row is dropped, and counted in ``n_rows_dropped``, when its timestamp does not parse,
   when it has a different number of fields than the header (an error message from
   ``nvidia-smi``), when it is the last line and the file does not end with a newline (a
-  line cut off when ``nvidia-smi`` was killed), or when one of the *used* fields is not a
-  number (``[N/A]``, ``[Unknown Error]``). The used fields are the power field,
-  ``clocks.sm``, ``clocks.mem``, ``temperature.gpu`` and ``power.limit``, those of them that
-  were logged. Other numerical fields (``utilization.gpu``, and ``power.draw`` when the
-  power field is ``power.draw.instant``) are kept, with NaN where not a number.
+  line cut off when ``nvidia-smi`` was killed), when it holds more than one poll (below),
+  or when one of the *used* fields is not a number (``[N/A]``, ``[Unknown Error]``). The
+  used fields are the power field, ``clocks.sm``, ``clocks.mem``, ``temperature.gpu`` and
+  ``power.limit``, those of them that were logged. Other numerical fields
+  (``utilization.gpu``, and ``power.draw`` when the power field is ``power.draw.instant``)
+  are kept, with NaN where not a number.
+- Counts are of polls, not of lines. A line holds k polls: the number of timestamps in
+  it or its number of fields divided by the header's (rounded up), whichever is larger,
+  and at least 1. A line with k > 1 (lines merged by junk that overwrote the newlines
+  between them) is dropped and counts k, also when the junk overwrote a timestamp.
 - Blank lines are ignored and not counted.
 """
 
 from __future__ import annotations
 
 import io
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +47,8 @@ import pandas as pd
 
 #: Format of ``nvidia-smi``'s timestamps: host local time, no zone, milliseconds.
 TIMESTAMP_FORMAT = "%Y/%m/%d %H:%M:%S.%f"
+#: A timestamp in that format, found anywhere in a line (to count the polls it holds).
+_TIMESTAMP_RE = re.compile(rb"\d{4}/\d\d/\d\d \d\d:\d\d:\d\d")
 #: First characters of the CSV a time-only measurement writes instead of a log.
 NO_POWER_LOG_PREFIX = "# no power log"
 #: Power fields in order of preference.
@@ -71,8 +79,9 @@ class PowerLog:
             local time as printed, no zone) and one float64 column per numerical field,
             named by query name without unit (``power.draw.instant``, ``clocks.sm``, ...).
         power_field: The column holding power in W: ``power.draw.instant`` or ``power.draw``.
-        n_rows_total: Non-blank lines after the header, including dropped ones.
-        n_rows_dropped: Lines dropped as unusable (see the module docstring).
+        n_rows_total: Polls in the log after the header, dropped ones included: one per
+            non-blank line, more for a line that holds several (see the module docstring).
+        n_rows_dropped: Polls dropped as unusable (see the module docstring).
     """
 
     path: Path
@@ -101,9 +110,9 @@ def read_power_log(path: str | Path) -> PowerLog | None:
         placeholder of a time-only measurement.
 
     Raises:
-        PowerLogError: The file is missing or empty, has no ``timestamp`` column, logs no
-            power field with a numerical value, or has no usable row. The message names
-            the file.
+        PowerLogError: The file is missing or empty, holds no sample after its header, has
+            no ``timestamp`` column, logs no power field with a numerical value, or has no
+            usable row. The message names the file.
     """
     path = Path(path)
     try:
@@ -134,12 +143,21 @@ def read_power_log(path: str | Path) -> PowerLog | None:
     # while writing): its last line cannot be trusted even if it happens to parse.
     truncated = 0
     if body and body[-1] != b"":
+        truncated = _polls_in(body[-1], len(names))
         body = body[:-1]
-        truncated = 1
     body = [line for line in body if line.strip()]
+    polls = [_polls_in(line, len(names)) for line in body]
+    n_rows_total = sum(polls) + truncated
+    if n_rows_total == 0:
+        raise PowerLogError(
+            f"power log {path} holds its header but no sample (the file was cut, or "
+            f"nvidia-smi stopped before its first poll); remeasure it (chmod u+w, delete it "
+            f"and its .json, rerun)"
+        )
     n_commas = len(names) - 1
-    good = [line for line in body if line.count(b",") == n_commas]
-    n_rows_total = len(body) + truncated
+    good = [
+        line for line, n in zip(body, polls, strict=True) if n == 1 and line.count(b",") == n_commas
+    ]
 
     timestamps, columns = _parse_rows(good, names)
     # A field that is never a number was not really logged (a string field, or one the
@@ -147,6 +165,12 @@ def read_power_log(path: str | Path) -> PowerLog | None:
     columns = {n: v for n, v in columns.items() if not np.isnan(v).all()}
     power_field = next((f for f in POWER_FIELDS if f in columns), None)
     if power_field is None:
+        if not good:
+            raise PowerLogError(
+                f"power log {path} has no usable row ({n_rows_total} rows, none with the "
+                f"header's {len(names)} fields); remeasure it (chmod u+w, delete it and its "
+                f".json, rerun)"
+            )
         raise PowerLogError(
             f"power log {path} has no power field with a numerical value (header: "
             f"{header!r}); the profile stage must log power.draw.instant or power.draw with "
@@ -172,6 +196,12 @@ def read_power_log(path: str | Path) -> PowerLog | None:
         n_rows_total=n_rows_total,
         n_rows_dropped=n_rows_total - n_usable,
     )
+
+
+def _polls_in(line: bytes, n_fields: int) -> int:
+    """How many polls a line holds: its timestamps, or its fields over the header's."""
+    by_fields = -(-(line.count(b",") + 1) // n_fields)
+    return max(1, len(_TIMESTAMP_RE.findall(line)), by_fields)
 
 
 def _parse_rows(lines: list[bytes], names: list[str]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
