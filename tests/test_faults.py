@@ -817,7 +817,7 @@ def test_predictor_file_changed_in_place_is_refused_naming_it(predictors, tmp_pa
         load_predictor(d)
     message = str(error.value)
     assert message.startswith(f"{d / TIME_FILE}: does not match its SHA-256 in manifest.json")
-    assert message.endswith("retrain the predictor")
+    assert message.endswith("retrain it (snakemake -f results/predictors/<gpu>/manifest.json)")
 
 
 @pytest.mark.parametrize("fault", ["no-manifest", "other-version", "save-interrupted", "added"])

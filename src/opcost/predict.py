@@ -33,6 +33,7 @@ import hashlib
 import io
 import json
 import os
+import struct
 import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -67,6 +68,9 @@ NETWORKS_FILE = "network_predictions.parquet"
 MANIFEST_FILE = "manifest.json"
 #: The predictor directory's format (the manifest and the model files); another is refused.
 FORMAT_VERSION = 1
+#: What to do about a predictor whose files do not match its manifest (Snakemake does
+#: not rerun a job whose outputs exist unless forced).
+RETRAIN = f"retrain it (snakemake -f results/predictors/<gpu>/{MANIFEST_FILE})"
 #: Files a manifest may list, in the order they are checked.
 PREDICTOR_FILES = (FEATURES_FILE, TIME_FILE, POWER_FILE, METRICS_FILE, HOLDOUT_FILE, NETWORKS_FILE)
 #: Counts compared against the training range of an op's type.
@@ -293,16 +297,23 @@ class TreeEnsemble:
             len(arrays[k]) != n for k in ("feature", "threshold", "value")
         ):
             raise bad(f"node arrays of different lengths ({n} nodes)")
-        node = np.arange(n)[:, None]
-        inner = ~leaf
+        # A leaf's children are itself, an inner node's lie after it: every walk ends at a
+        # leaf.
+        own = np.arange(n, dtype=np.int32)
+        left, right = children[:, 0], children[:, 1]
         if (
             n == 0
             or len(roots) == 0
-            or (children[leaf] != node[leaf]).any()
-            or (children[inner] <= node[inner]).any()
-            or (children >= n).any()
-            or ((feature < 0) | (feature >= n_features)).any()
-            or ((roots < 0) | (roots >= n)).any()
+            or children.min() < 0
+            or children.max() >= n
+            or not np.array_equal(left == own, leaf)
+            or not np.array_equal(right == own, leaf)
+            or not (left >= own).all()
+            or not (right >= own).all()
+            or feature.min() < 0
+            or feature.max() >= n_features
+            or roots.min() < 0
+            or roots.max() >= n
         ):
             raise bad("nodes do not form trees over its features")
         combine = str(arrays["combine"])
@@ -679,28 +690,84 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 
 def _write_model(model: TreeEnsemble, path: Path) -> None:
-    """Save a tree ensemble as an uncompressed ``.npz`` of its arrays (no pickles)."""
+    """Save a tree ensemble as an uncompressed ``.npz`` of its arrays (no pickles), which
+    ``np.load`` reads.
+
+    Each member's local header is padded (an extra field as Android's ``zipalign``
+    writes) so that its array data start at a multiple of 64 bytes: :func:`_npz_arrays`
+    then uses them in place. A fixed timestamp makes the same model the same bytes.
+    """
     if not isinstance(model, TreeEnsemble):
         raise PredictorError(
             f"{path}: cannot store a {type(model).__name__}; expected a TreeEnsemble"
         )
     buffer = io.BytesIO()
-    np.savez(buffer, allow_pickle=False, **model.to_arrays())
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+        for name, array in model.to_arrays().items():
+            member = io.BytesIO()
+            np.lib.format.write_array(member, array, allow_pickle=False)
+            info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            # The .npy header is padded to 64 bytes; the local header is 30 bytes, the
+            # name, and the extra field (4 bytes and the padding).
+            pad = -(buffer.tell() + 30 + len(info.filename) + 4) % 64
+            info.extra = struct.pack("<HH", 0xD935, pad) + bytes(pad)
+            archive.writestr(info, member.getvalue())
     _write_atomic(path, buffer.getvalue())
 
 
 def _read_model(data: bytes, path: Path) -> TreeEnsemble:
-    """A tree ensemble from the bytes of its ``.npz``: only plain arrays are accepted
-    (``allow_pickle=False``), stored uncompressed, so that its size bounds the memory."""
+    """A tree ensemble from the bytes of its ``.npz`` (:func:`_npz_arrays`)."""
     try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            if any(i.compress_type != zipfile.ZIP_STORED for i in archive.infolist()):
-                raise ValueError("compressed members")
-        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-            arrays = {name.removesuffix(".npy"): npz[name] for name in npz.files}
+        arrays = _npz_arrays(data)
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
         raise PredictorError(f"{path}: not an opcost model file ({e}); retrain") from e
     return TreeEnsemble.from_arrays(arrays, str(path))
+
+
+def _npz_arrays(data: bytes) -> dict[str, np.ndarray]:
+    """The arrays of an uncompressed ``.npz`` held in ``data``.
+
+    Plain arrays only: a member whose dtype holds objects (which ``np.load`` would
+    unpickle with ``allow_pickle=True``) or a compressed member (whose size the file's
+    does not bound) is refused. Each array is a read-only view of ``data`` where it lies
+    aligned, else a copy: no reading through ``zipfile`` in small blocks.
+
+    Raises:
+        ValueError: not such an archive.
+    """
+    from numpy.lib import format as npy
+
+    readers = {(1, 0): npy.read_array_header_1_0, (2, 0): npy.read_array_header_2_0}
+    arrays = {}
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        for info in archive.infolist():
+            if info.compress_type != zipfile.ZIP_STORED:
+                raise ValueError(f"member {info.filename} is compressed")
+            local = data[info.header_offset : info.header_offset + 30]
+            if len(local) < 30 or local[:4] != b"PK\x03\x04":
+                raise ValueError(f"member {info.filename}: no local header")
+            name_len, extra_len = struct.unpack("<HH", local[26:30])
+            start = info.header_offset + 30 + name_len + extra_len
+            end = start + info.file_size
+            header = io.BytesIO(data[start : min(end, start + 65536)])
+            version = npy.read_magic(header)
+            if version not in readers:
+                raise ValueError(f"member {info.filename}: .npy version {version}")
+            shape, fortran, dtype = readers[version](header)
+            if dtype.hasobject:
+                raise ValueError(f"member {info.filename} holds Python objects")
+            count = int(np.prod(shape, dtype=np.int64))
+            offset = start + header.tell()
+            if offset + count * dtype.itemsize > end:
+                raise ValueError(f"member {info.filename} is cut short")
+            array = np.frombuffer(data, dtype=dtype, count=count, offset=offset)
+            if not array.flags.aligned:
+                array = array.copy()
+                array.flags.writeable = False
+            arrays[info.filename.removesuffix(".npy")] = array.reshape(
+                shape, order="F" if fortran else "C"
+            )
+    return arrays
 
 
 def _read_manifest(directory: Path) -> dict[str, bytes]:
@@ -722,12 +789,12 @@ def _read_manifest(directory: Path) -> dict[str, bytes]:
     try:
         manifest = json.loads(path.read_bytes())
     except (OSError, ValueError) as e:
-        raise PredictorError(f"{path}: not readable JSON ({e}); retrain the predictor") from e
+        raise PredictorError(f"{path}: not readable JSON ({e}); {RETRAIN}") from e
     version = manifest.get("format_version") if isinstance(manifest, dict) else None
     if version != FORMAT_VERSION:
         raise PredictorError(
             f"{path}: predictor format version {version!r}, this opcost reads "
-            f"{FORMAT_VERSION}; retrain the predictor"
+            f"{FORMAT_VERSION}; {RETRAIN}"
         )
     files = manifest.get("files")
     if not isinstance(files, dict) or not {FEATURES_FILE, TIME_FILE} <= set(files):
@@ -756,7 +823,7 @@ def _read_manifest(directory: Path) -> dict[str, bytes]:
         if hashlib.sha256(data).hexdigest() != expected or len(data) != entry.get("bytes"):
             raise PredictorError(
                 f"{file}: does not match its SHA-256 in {MANIFEST_FILE} (changed or damaged "
-                "since training); retrain the predictor"
+                f"since training); {RETRAIN}"
             )
         contents[name] = data
     return contents
@@ -867,7 +934,8 @@ def load_predictors(root: str | Path) -> dict[str, Predictor]:
             f"{root}: holds no trained predictor (no */{MANIFEST_FILE}); train first "
             "(snakemake) or pass --predictors DIR"
         )
-    return {(p := load_predictor(d)).gpu: p for d in dirs}
+    # On threads: reading and hashing the files release the GIL.
+    return {p.gpu: p for p in _starmap_threads(load_predictor, [(d,) for d in dirs])}
 
 
 @dataclass
