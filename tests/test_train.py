@@ -204,7 +204,7 @@ def test_leave_one_network_out_sums_and_measurements(rows, dataset):
     )
 
 
-def test_time_only_dataset_trains_without_power(rows):
+def test_time_only_dataset_trains_without_power(rows, tmp_path):
     cpu = rows.assign(power_w=np.nan, energy_j=np.nan, sm_clock_mhz=np.nan)
     predictor = fit_predictor(cpu, FAST, "cpu")
     assert predictor.power_model is None
@@ -212,6 +212,19 @@ def test_time_only_dataset_trains_without_power(rows):
     assert pred["time_pred_s"].gt(0).all()
     assert pred["power_pred_w"].isna().all()
     assert pred["energy_pred_j"].isna().all()
+    # Saved, it writes no power file; loaded, it has no power model.
+    from opcost.predict import save_predictor
+
+    (tmp_path / "power.npz").write_bytes(b"left from a predictor with power")
+    save_predictor(predictor, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "features.json",
+        "manifest.json",
+        "time.npz",
+    ]
+    loaded = load_predictor(tmp_path)
+    assert loaded.power_model is None
+    assert loaded.predict_ops(cpu.drop_duplicates("op_id").head(5))["power_pred_w"].isna().all()
 
 
 def test_one_model_covers_settings_through_the_clock(rows):
