@@ -719,7 +719,7 @@ def _read_model(data: bytes, path: Path) -> TreeEnsemble:
     """A tree ensemble from the bytes of its ``.npz`` (:func:`_npz_arrays`)."""
     try:
         arrays = _npz_arrays(data)
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+    except Exception as e:  # zipfile and numpy raise many types for a malformed archive
         raise PredictorError(f"{path}: not an opcost model file ({e}); retrain") from e
     return TreeEnsemble.from_arrays(arrays, str(path))
 
@@ -756,6 +756,8 @@ def _npz_arrays(data: bytes) -> dict[str, np.ndarray]:
             shape, fortran, dtype = readers[version](header)
             if dtype.hasobject:
                 raise ValueError(f"member {info.filename} holds Python objects")
+            if any(d < 0 for d in shape):
+                raise ValueError(f"member {info.filename}: shape {shape}")
             count = int(np.prod(shape, dtype=np.int64))
             offset = start + header.tell()
             if offset + count * dtype.itemsize > end:
