@@ -650,6 +650,44 @@ GUARDS: tuple[Guard, ...] = (
         FAULTS + "test_log_without_a_sample_says_so[junk-only]",
         "read_power_log: a log of junk lines gets the message about units",
     ),
+    # --- issue 19: predictor files (data only, checked against a manifest) ---
+    Guard(
+        "predict-no-pickle",
+        "security",
+        "src/opcost/predict.py",
+        "        arrays = _npz_arrays(data)\n",
+        "        arrays = dict(np.load(io.BytesIO(data), allow_pickle=True))\n",
+        SECURITY + "test_hostile_model_file_is_refused_without_running_it[pickle]",
+        "_read_model: read the model with np.load(allow_pickle=True)",
+    ),
+    Guard(
+        "predict-tree-walk-ends",
+        "security",
+        "src/opcost/predict.py",
+        "            or not np.array_equal(right == own, leaf)\n",
+        "",
+        SECURITY + "test_model_whose_walk_never_ends_is_refused",
+        "TreeEnsemble.from_arrays: right children unchecked (a node may point to itself)",
+    ),
+    Guard(
+        "predict-manifest-hash",
+        "faults",
+        "src/opcost/predict.py",
+        "        if hashlib.sha256(data).hexdigest() != expected"
+        ' or len(data) != entry.get("bytes"):',
+        "        if False:",
+        FAULTS + "test_predictor_file_changed_in_place_is_refused_naming_it",
+        "_read_manifest: files not compared with their SHA-256",
+    ),
+    Guard(
+        "predict-manifest-last",
+        "faults",
+        "src/opcost/predict.py",
+        "    (directory / MANIFEST_FILE).unlink(missing_ok=True)\n    _write_model(",
+        "    _write_model(",
+        FAULTS + "test_predictor_without_a_matching_manifest_is_refused[save-interrupted]",
+        "save_predictor: the old manifest stays while the new files are written",
+    ),
 )
 
 

@@ -38,13 +38,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from opcost.features import op_counts
-from opcost.predict import load_predictors, predict_networks, save_predictor
+from opcost.predict import FORMAT_VERSION, load_predictors, predict_networks, save_predictor
 from opcost.spec import canonical_json, op_id
 from opcost.train import TrainConfig, fit_predictor
 
@@ -212,7 +213,7 @@ def main() -> None:
         work = args.workdir or Path(tmp)
         root, ops_path, train_s = build_study(work, args)
         ops = pd.read_parquet(ops_path)
-        model_mb = sum(f.stat().st_size for f in (root / "gpu0").glob("*.joblib")) / 1e6
+        model_mb = sum(f.stat().st_size for f in (root / "gpu0").glob("*.npz")) / 1e6
         load_before = os.getloadavg()[0]
 
         in_process = []
@@ -273,6 +274,7 @@ def build_study(work: Path, args: argparse.Namespace) -> tuple[Path, Path, float
     root, ops_path, stamp = work / "predictors", work / "net.parquet", work / "study.json"
     sizes = {"ops": args.ops, "gpus": args.gpus, "train_ops": args.train_ops}
     sizes["trees"] = args.trees
+    sizes["predictor_format"] = FORMAT_VERSION  # a study saved in another format is retrained
     if stamp.is_file() and json.loads(stamp.read_text()) == sizes:
         return root, ops_path, None
     shutil.rmtree(root, ignore_errors=True)
@@ -281,13 +283,8 @@ def build_study(work: Path, args: argparse.Namespace) -> tuple[Path, Path, float
     t0 = time.perf_counter()
     predictor = fit_predictor(data, TrainConfig(n_estimators=args.trees), "gpu0", n_jobs=-1)
     train_s = time.perf_counter() - t0
-    save_predictor(predictor, root / "gpu0")
-    for g in range(1, args.gpus):
-        shutil.copytree(root / "gpu0", root / f"gpu{g}")
-        doc_path = root / f"gpu{g}" / "features.json"
-        doc = json.loads(doc_path.read_text())
-        doc["gpu"] = f"gpu{g}"
-        doc_path.write_text(json.dumps(doc))
+    for g in range(args.gpus):
+        save_predictor(replace(predictor, gpu=f"gpu{g}"), root / f"gpu{g}")
     network(args.ops, rng).to_parquet(ops_path, index=False)
     stamp.write_text(json.dumps(sizes))
     return root, ops_path, train_s

@@ -76,6 +76,22 @@ def changes(path: Path) -> list[list[str]]:
     return [c for c in recorded(path) if {"-lgc", "-rgc", "-pl"} & set(c)]
 
 
+def reseal(directory: Path) -> None:
+    """Record the present SHA-256 and size of each file a predictor's manifest.json lists,
+    as someone who edits a predictor and its manifest would: a test of a check behind the
+    manifest's then reaches it. Does nothing without a manifest."""
+    import hashlib
+
+    path = directory / "manifest.json"
+    if not path.is_file():
+        return
+    manifest = json.loads(path.read_text())
+    for name in manifest["files"]:
+        data = (directory / name).read_bytes()
+        manifest["files"][name] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    path.write_text(json.dumps(manifest))
+
+
 @pytest.fixture(scope="session")
 def predictors(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Predictors trained on the real H100 sample (10 trees), one directory per GPU."""

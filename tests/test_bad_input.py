@@ -60,9 +60,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import reseal
 
 from opcost.cli import CliError, main, parse_shape
 from opcost.config import ConfigError, load_study
+from opcost.predict import TIME_FILE
 
 TESTS = Path(__file__).parent
 H100 = TESTS / "data" / "h100"
@@ -282,9 +284,17 @@ def test_op_table_without_its_columns(capsys, predictors, tmp_path):
 
 def _copy_predictor(source: Path, target: Path) -> dict:
     target.mkdir(parents=True)
-    for name in ("time.joblib", "power.joblib", "features.json"):
-        (target / name).write_bytes((source / name).read_bytes())
+    for file in source.iterdir():
+        (target / file.name).write_bytes(file.read_bytes())
     return json.loads((source / "features.json").read_text())
+
+
+def _write_features(directory: Path, doc: dict | str) -> None:
+    """Edit features.json and its manifest entry, so that the check behind the manifest's
+    is the one tested."""
+    text = doc if isinstance(doc, str) else json.dumps(doc)
+    (directory / "features.json").write_text(text)
+    reseal(directory)
 
 
 def test_incompatible_feature_schema_names_the_model_file(capsys, predictors, tmp_path):
@@ -296,16 +306,16 @@ def test_incompatible_feature_schema_names_the_model_file(capsys, predictors, tm
     dropped = f"type[{doc['schema']['op_types'].pop()}]"
     assert dropped in doc["columns"]
     doc["columns"].remove(dropped)
-    (other / "features.json").write_text(json.dumps(doc))
+    _write_features(other, doc)
     code, _, err = run_cli(capsys, "predict", *TINY, "--predictors", str(other.parent))
-    assert_clean_error(code, err, str(other / "time.joblib"), "retrain")
+    assert_clean_error(code, err, str(other / TIME_FILE), "retrain")
 
 
 def test_features_version_mismatch(capsys, predictors, tmp_path):
     other = tmp_path / "predictors" / "h100"
     doc = _copy_predictor(predictors / "h100", other)
     doc["schema"]["version"] = 10_000
-    (other / "features.json").write_text(json.dumps(doc))
+    _write_features(other, doc)
     code, _, err = run_cli(capsys, "predict", *TINY, "--predictors", str(other.parent))
     assert_clean_error(code, err, "features version 10000", "retrain")
 
@@ -313,7 +323,7 @@ def test_features_version_mismatch(capsys, predictors, tmp_path):
 def test_corrupt_features_json(capsys, predictors, tmp_path):
     other = tmp_path / "predictors" / "h100"
     _copy_predictor(predictors / "h100", other)
-    (other / "features.json").write_text('{"schema": ')
+    _write_features(other, '{"schema": ')
     code, _, err = run_cli(capsys, "predict", *TINY, "--predictors", str(other.parent))
     assert_clean_error(code, err, str(other / "features.json"), "not readable JSON")
 

@@ -99,10 +99,12 @@ def test_predict_says_when_a_choice_lies_within_the_predictors_error(capsys, pre
 
     h100 = load_predictor(predictors / "h100")
     for gpu in ("h100", "twin"):
-        save_predictor(replace(h100, gpu=gpu), tmp_path / gpu)
+        # metrics.json first, as opcost train writes it: the manifest then covers it.
+        (tmp_path / gpu).mkdir()
         scores = {"n": 3, "time_mape_pct": 12.5, "energy_mape_pct": 20.0}
         lono = {"inference": scores, "training": scores}
         (tmp_path / gpu / "metrics.json").write_text(json.dumps({"lono": {"network": lono}}))
+        save_predictor(replace(h100, gpu=gpu), tmp_path / gpu)
     code, out, err = predict_resnet18(capsys, tmp_path)
     assert code == 0, err
     assert "0 % ahead of twin/default, within the predictors' 12.5 % LONO error" in out
@@ -131,7 +133,9 @@ def test_predict_from_a_table_does_not_import_torch(predictors):
         f"{str(predictors)!r}, '--format', 'csv']); "
         "print('torch' in sys.modules, rc)"
     )
-    env = {**os.environ, "PYTHONPATH": str(TESTS)}
+    # The caller's PYTHONPATH kept: it may name the opcost under test.
+    path = [str(TESTS), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
     )

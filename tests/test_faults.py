@@ -983,3 +983,75 @@ def test_log_without_a_sample_says_so(tmp_path, body, says):
         read_power_log(csv_path)
     assert says in str(error.value)
     assert "nounits" not in str(error.value)
+
+
+# --- issue 19: predictor integrity ----------------------------------------------------------
+
+
+def test_predictor_file_changed_in_place_is_refused_naming_it(predictors, tmp_path):
+    """The time model's leaf values overwritten in place (same length; the file stays
+    well-formed, and today predicts other times with exit code 0): refused, naming the
+    file, before anything is parsed (predict.py:_read_manifest)."""
+    import shutil
+
+    from opcost.predict import TIME_FILE, PredictorError, load_predictor
+
+    shutil.copytree(predictors / "h100", tmp_path / "h100")
+    d = tmp_path / "h100"
+    values = load_predictor(d).time_model.value
+    data = bytearray((d / TIME_FILE).read_bytes())
+    at = data.find(values.tobytes())
+    assert at > 0
+    data[at : at + values.nbytes] = (values * 2).tobytes()
+    (d / TIME_FILE).write_bytes(bytes(data))
+    assert len(data) == (predictors / "h100" / TIME_FILE).stat().st_size
+    with pytest.raises(PredictorError) as error:
+        load_predictor(d)
+    message = str(error.value)
+    assert message.startswith(f"{d / TIME_FILE}: does not match its SHA-256 in manifest.json")
+    assert message.endswith("retrain it (snakemake -f results/predictors/<gpu>/manifest.json)")
+
+
+@pytest.mark.parametrize("fault", ["no-manifest", "other-version", "save-interrupted", "added"])
+def test_predictor_without_a_matching_manifest_is_refused(predictors, tmp_path, monkeypatch, fault):
+    """No manifest (an older opcost's predictor), another format version, a save that
+    stopped before the manifest was written, or a file the loader reads that the
+    manifest does not list: refused, naming the file (predict.py:_read_manifest,
+    :save_predictor)."""
+    import shutil
+    from dataclasses import replace
+
+    import opcost.predict
+    from opcost.predict import PredictorError, load_predictor, save_predictor
+
+    shutil.copytree(predictors / "h100", tmp_path / "h100")
+    d = tmp_path / "h100"
+    manifest = json.loads((d / "manifest.json").read_text())
+    if fault == "no-manifest":
+        (d / "manifest.json").unlink()
+        expected = f"{d}: no manifest.json"
+    elif fault == "other-version":
+        manifest["format_version"] = 2
+        (d / "manifest.json").write_text(json.dumps(manifest))
+        expected = f"{d / 'manifest.json'}: predictor format version 2, this opcost reads 1"
+    elif fault == "save-interrupted":
+        # Saving another predictor over this one stops after its models are written.
+        p = load_predictor(d)
+        other = replace(p, time_model=p.power_model)
+        real = opcost.predict._write_atomic
+
+        def fail_on_features(path, data):
+            if path.name == "features.json":
+                raise OSError(28, "No space left on device")
+            real(path, data)
+
+        monkeypatch.setattr(opcost.predict, "_write_atomic", fail_on_features)
+        with pytest.raises(OSError, match="No space"):
+            save_predictor(other, d)
+        expected = f"{d}: no manifest.json"
+    else:
+        (d / "metrics.json").write_text(json.dumps({"lono": {}}))
+        expected = f"{d / 'metrics.json'}: not in manifest.json"
+    with pytest.raises(PredictorError) as error:
+        load_predictor(d)
+    assert str(error.value).startswith(expected)

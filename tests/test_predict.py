@@ -4,8 +4,9 @@ The arithmetic is checked with stand-in regressors whose predictions are simple 
 the features, so every total, best choice and saving is computed here by hand. Loading and
 extrapolation are checked with a forest trained on the real H100 sample. The fast path of
 ``opcost predict`` (ops encoded once per condition grid, trees walked in blocks on threads,
-memory-mapped models) is checked against scikit-learn's own forests on the real H100 sample:
-each op's prediction is the forest's ``predict`` of its row of ``encode_features``.
+models saved and loaded as arrays) is checked against scikit-learn's own forests on the
+real H100 sample: each op's prediction is the forest's ``predict`` of its row of
+``encode_features``.
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-import joblib
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import reseal
 
 import opcost.predict
 from opcost import spec as specs
@@ -148,6 +149,35 @@ def fake_predictor(gpu: str, *clocks: float, modes=("inference",)) -> Predictor:
     )
 
 
+def one_leaf(columns: list[str]) -> TreeEnsemble:
+    """A tree ensemble of one leaf (predicts 0): what a saved fake predictor holds."""
+    return TreeEnsemble(
+        feature_names_in_=np.array(columns, dtype=object),
+        children=np.zeros((1, 2), dtype=np.int32),
+        feature=np.zeros(1, dtype=np.int32),
+        threshold=np.full(1, np.inf, dtype=np.float32),
+        is_leaf=np.ones(1, dtype=bool),
+        value=np.zeros(1),
+        roots=np.zeros(1, dtype=np.int32),
+        combine="mean",
+        offset=0.0,
+        source="one leaf",
+    )
+
+
+def save_fake(p: Predictor, directory: Path) -> None:
+    """Save a fake predictor: files store tree ensembles only, so one-leaf ensembles stand
+    in for its regressors (:func:`with_fakes` puts them back after loading)."""
+    cols = p.schema.columns()
+    save_predictor(replace(p, time_model=one_leaf(cols), power_model=one_leaf(cols)), directory)
+
+
+def with_fakes(p: Predictor) -> Predictor:
+    """A loaded fake predictor with its stand-in regressors back."""
+    cols = p.schema.columns()
+    return replace(p, time_model=FakeTime(cols), power_model=FakePower(cols))
+
+
 # -- arithmetic, by hand ----------------------------------------------------------------
 
 
@@ -233,20 +263,22 @@ def test_best_choice_names_its_runner_up_and_lead():
 
 
 def write_lono(directory: Path, time_pct: float, energy_pct: float) -> None:
-    """A metrics.json as opcost train writes it, with only the LONO network errors."""
+    """A metrics.json as opcost train writes it (before the predictor, so that the
+    manifest covers it), with only the LONO network errors."""
     scores = {"n": 3, "time_mape_pct": time_pct, "energy_mape_pct": energy_pct}
     doc = {"lono": {"network": {"inference": scores, "all": scores}}}
+    directory.mkdir(parents=True, exist_ok=True)
     (directory / "metrics.json").write_text(json.dumps(doc))
 
 
 def test_a_lead_smaller_than_the_predictors_lono_error_is_flagged(tmp_path):
     """fast (1980 MHz) beats slow (990 MHz) by 100 % in time; slow beats fast in energy.
     The verdict compares the lead with the larger LONO error of the two predictors."""
-    save_predictor(fake_predictor("fast", 1980), tmp_path / "fast")
-    save_predictor(fake_predictor("slow", 990), tmp_path / "slow")
     write_lono(tmp_path / "fast", time_pct=30.0, energy_pct=5.0)
     write_lono(tmp_path / "slow", time_pct=150.0, energy_pct=1000.0)
-    predictors = load_predictors(tmp_path)
+    save_fake(fake_predictor("fast", 1980), tmp_path / "fast")
+    save_fake(fake_predictor("slow", 990), tmp_path / "slow")
+    predictors = {g: with_fakes(p) for g, p in load_predictors(tmp_path).items()}
     assert predictors["fast"].lono_mape_pct == {"inference": {"time": 30.0, "energy": 5.0}}
     best = predict_networks(predictors, op_table((1, 2))).best.set_index("criterion")
     assert best.loc["time", "gpu"] == "fast"
@@ -255,7 +287,9 @@ def test_a_lead_smaller_than_the_predictors_lono_error_is_flagged(tmp_path):
     assert best.loc["energy", "lono_mape_pct"] == 1000.0
     assert best.loc["energy", "within_error"]
     write_lono(tmp_path / "slow", time_pct=20.0, energy_pct=2.0)
-    best = predict_networks(load_predictors(tmp_path), op_table((1, 2))).best
+    save_fake(fake_predictor("slow", 990), tmp_path / "slow")
+    predictors = {g: with_fakes(p) for g, p in load_predictors(tmp_path).items()}
+    best = predict_networks(predictors, op_table((1, 2))).best
     best = best.set_index("criterion")
     assert best.loc["time", "lono_mape_pct"] == 30.0
     assert not best.loc["time", "within_error"]  # 100 % lead > 30 %
@@ -267,9 +301,10 @@ def test_a_lead_smaller_than_the_predictors_lono_error_is_flagged(tmp_path):
 
 
 def test_an_unreadable_metrics_file_leaves_predictions_unqualified(tmp_path):
-    save_predictor(fake_predictor("fast", 1980), tmp_path / "fast")
+    (tmp_path / "fast").mkdir()
     (tmp_path / "fast" / "metrics.json").write_text("{not json")
-    predictor = load_predictor(tmp_path / "fast")
+    save_fake(fake_predictor("fast", 1980), tmp_path / "fast")
+    predictor = with_fakes(load_predictor(tmp_path / "fast"))
     assert predictor.lono_mape_pct == {}
     assert len(predict_networks({"fast": predictor}, op_table()).table) == 1
 
@@ -291,8 +326,8 @@ def test_several_networks_and_modes():
 
 def test_save_and_load_round_trip(tmp_path):
     p = fake_predictor("fake", 1980, 990)
-    save_predictor(p, tmp_path / "fake")
-    loaded = load_predictors(tmp_path)["fake"]
+    save_fake(p, tmp_path / "fake")
+    loaded = with_fakes(load_predictors(tmp_path)["fake"])
     pd.testing.assert_frame_equal(loaded.conditions, p.conditions, check_dtype=False)
     a = predict_networks({"fake": p}, op_table()).table
     b = predict_networks({"fake": loaded}, op_table()).table
@@ -367,19 +402,23 @@ def test_missing_predictors_fail_clearly(tmp_path, predictors_dir):
     with pytest.raises(PredictorError, match="holds no trained predictor"):
         load_predictors(tmp_path)
     d = copy_predictor(predictors_dir, tmp_path / "copy")
-    (d / "power.joblib").unlink()
-    with pytest.raises(PredictorError, match="no power.joblib"):
+    (d / "power.npz").unlink()
+    with pytest.raises(PredictorError, match="power.npz: listed in manifest.json but not readable"):
         load_predictors(tmp_path / "copy")
     d = copy_predictor(predictors_dir, tmp_path / "again")
     (d / "features.json").write_text("{not json")
+    reseal(d)
     with pytest.raises(PredictorError, match="not readable JSON"):
         load_predictor(d)
 
 
 def test_corrupt_model_file_fails_clearly(tmp_path, predictors_dir):
     d = copy_predictor(predictors_dir, tmp_path)
-    (d / "time.joblib").write_bytes(b"garbage")
-    with pytest.raises(PredictorError, match="cannot load the models"):
+    (d / "time.npz").write_bytes(b"garbage")
+    with pytest.raises(PredictorError, match="time.npz: does not match its SHA-256"):
+        load_predictor(d)
+    reseal(d)
+    with pytest.raises(PredictorError, match="time.npz: not an opcost model file"):
         load_predictor(d)
 
 
@@ -389,12 +428,14 @@ def test_incompatible_schema_fails_clearly(tmp_path, predictors_dir, real_rows):
     doc = json.loads((d / "features.json").read_text())
     doc["schema"]["version"] = FEATURES_VERSION + 1
     (d / "features.json").write_text(json.dumps(doc))
+    reseal(d)
     with pytest.raises(SchemaError, match="features version"):
         load_predictor(d)
     # A time model trained without the derived features, next to a schema with them.
     d = copy_predictor(predictors_dir, tmp_path / "b")
     other = fit_predictor(real_rows, replace(TrainConfig(n_estimators=2), derived=False), "h100")
-    joblib.dump(other.time_model, d / "time.joblib")
+    np.savez(d / "time.npz", **other.time_model.to_arrays())
+    reseal(d)
     with pytest.raises(SchemaError, match="retrain"):
         load_predictor(d)
     # A column list that does not match the schema.
@@ -402,6 +443,7 @@ def test_incompatible_schema_fails_clearly(tmp_path, predictors_dir, real_rows):
     doc = json.loads((d / "features.json").read_text())
     doc["columns"] = doc["columns"][:-1]
     (d / "features.json").write_text(json.dumps(doc))
+    reseal(d)
     with pytest.raises(SchemaError, match="differ"):
         load_predictor(d)
 
@@ -525,8 +567,8 @@ def test_predictions_do_not_depend_on_blocks_chunks_or_threads(
 
 
 def test_retraining_in_place_leaves_a_loaded_predictor_intact(tmp_path, real_rows):
-    # Models are memory-mapped; saving over them must not change (or crash) a process
-    # that still predicts with the old ones, as `opcost predict` during `snakemake`.
+    # Saving over the models must not change (or crash) a process that still predicts
+    # with the old ones, as `opcost predict` during `snakemake`.
     save_predictor(fit_predictor(real_rows, TrainConfig(n_estimators=5), "h100"), tmp_path / "h100")
     ops = pd.read_parquet(DATA / "ops" / "resnet18_4x3x64x64.parquet")
     loaded = load_predictor(tmp_path / "h100")

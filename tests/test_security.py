@@ -388,3 +388,79 @@ def test_under_sudo_a_changeable_nvidia_smi_is_refused(
 def test_runs_elevated_sees_sudo(environ: dict[str, str], elevated: bool) -> None:
     # This test process is not set-uid, so only the variables decide.
     assert gpu_setting.runs_elevated(environ) is elevated
+
+
+# --- issue 19: predictor files hold data only -----------------------------------------------
+
+
+class _RunsTouch:
+    """Unpickled, it runs ``touch marker``: what a hostile model file holds."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        import shlex
+
+        return (os.system, (f"touch {shlex.quote(str(self.marker))}",))
+
+
+def _copy_h100(predictors: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    shutil.copytree(predictors / "h100", tmp_path / "h100")
+    return tmp_path / "h100"
+
+
+@pytest.mark.parametrize("hostile", ["pickle", "npz-member"])
+def test_hostile_model_file_is_refused_without_running_it(predictors, tmp_path, hostile):
+    """A model file that runs a command when unpickled: a pickle, or a ``.npz`` with an
+    object array. Its manifest entry is updated too (whoever can write the file can): it
+    is refused naming the file, and the command never runs
+    (predict.py:_read_model, ``allow_pickle=False``)."""
+    import pickle
+    import re
+
+    import numpy as np
+    from conftest import reseal
+
+    from opcost.predict import TIME_FILE, PredictorError, load_predictor
+
+    d = _copy_h100(predictors, tmp_path)
+    marker = tmp_path / "marker"
+    if hostile == "pickle":
+        (d / TIME_FILE).write_bytes(pickle.dumps(_RunsTouch(marker)))
+    else:
+        with np.load(d / TIME_FILE) as npz:
+            arrays = dict(npz)
+        arrays["children"] = np.array([_RunsTouch(marker)], dtype=object)
+        with (d / TIME_FILE).open("wb") as f:
+            np.savez(f, **arrays)
+    reseal(d)
+    with pytest.raises(PredictorError, match=re.escape(str(d / TIME_FILE))):
+        load_predictor(d)
+    assert not marker.exists()
+
+
+def test_model_whose_walk_never_ends_is_refused(predictors, tmp_path):
+    """A well-formed model file (plain arrays, manifest updated) whose first tree's root
+    has itself as a child: a walk would loop for ever. Refused at load, naming the file
+    (predict.py:TreeEnsemble.from_arrays)."""
+    import re
+
+    import numpy as np
+    from conftest import reseal
+
+    from opcost.predict import TIME_FILE, PredictorError, load_predictor
+
+    d = _copy_h100(predictors, tmp_path)
+    with np.load(d / TIME_FILE) as npz:
+        arrays = dict(npz)
+    root = arrays["roots"][0]
+    assert not arrays["is_leaf"][root]
+    arrays["children"][root, 1] = root
+    with (d / TIME_FILE).open("wb") as f:
+        np.savez(f, **arrays)
+    reseal(d)
+    with pytest.raises(PredictorError, match=re.escape(f"{d / TIME_FILE}: not an opcost tree")):
+        load_predictor(d)

@@ -8,6 +8,7 @@ predicts.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -203,7 +204,7 @@ def test_leave_one_network_out_sums_and_measurements(rows, dataset):
     )
 
 
-def test_time_only_dataset_trains_without_power(rows):
+def test_time_only_dataset_trains_without_power(rows, tmp_path):
     cpu = rows.assign(power_w=np.nan, energy_j=np.nan, sm_clock_mhz=np.nan)
     predictor = fit_predictor(cpu, FAST, "cpu")
     assert predictor.power_model is None
@@ -211,6 +212,19 @@ def test_time_only_dataset_trains_without_power(rows):
     assert pred["time_pred_s"].gt(0).all()
     assert pred["power_pred_w"].isna().all()
     assert pred["energy_pred_j"].isna().all()
+    # Saved, it writes no power file; loaded, it has no power model.
+    from opcost.predict import save_predictor
+
+    (tmp_path / "power.npz").write_bytes(b"left from a predictor with power")
+    save_predictor(predictor, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "features.json",
+        "manifest.json",
+        "time.npz",
+    ]
+    loaded = load_predictor(tmp_path)
+    assert loaded.power_model is None
+    assert loaded.predict_ops(cpu.drop_duplicates("op_id").head(5))["power_pred_w"].isna().all()
 
 
 def test_one_model_covers_settings_through_the_clock(rows):
@@ -253,8 +267,27 @@ def test_train_gpu_writes_the_contract(tmp_path):
     out = TrainOutputs.under(tmp_path / "h100")
     lines: list[str] = []
     metrics = train_gpu(DATASET, OPS, out, FAST, "h100", log=lines.append)
-    for name in ("time.joblib", "power.joblib", "features.json", "metrics.json"):
-        assert (out.directory / name).is_file(), name
+    parquets = ["holdout_predictions.parquet", "network_predictions.parquet"]
+    files = ["features.json", "time.npz", "power.npz", "metrics.json", *parquets]
+    assert sorted(p.name for p in out.directory.iterdir()) == sorted([*files, "manifest.json"])
+    # The manifest, written last: every other file's SHA-256 and size, and the dataset's.
+    manifest = json.loads((out.directory / "manifest.json").read_text())
+    assert manifest["format_version"] == 1
+    assert manifest["gpu"]["name"] == "h100"
+    assert manifest["gpu"]["settings"] == ["default"]
+    assert manifest["gpu"]["devices"] == ["NVIDIA H100 80GB HBM3"]
+    assert manifest["dataset"] == {
+        "path": str(DATASET),
+        "sha256": hashlib.sha256(DATASET.read_bytes()).hexdigest(),
+        "bytes": DATASET.stat().st_size,
+    }
+    assert sorted(manifest["files"]) == sorted(files)
+    for name in files:
+        data = (out.directory / name).read_bytes()
+        assert manifest["files"][name] == {
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "bytes": len(data),
+        }
     holdout = pd.read_parquet(out.holdout)
     assert list(holdout.columns) == HOLDOUT_COLUMNS
     networks = pd.read_parquet(out.networks)

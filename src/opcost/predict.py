@@ -2,19 +2,25 @@
 
 A predictor (one per GPU configuration, ``results/predictors/{gpu}/``) is
 
-* ``time.joblib``: a regressor of ``log(time_s)``, time per iteration in seconds. Time
+* ``time.npz``: a regressor of ``log(time_s)``, time per iteration in seconds. Time
   spans orders of magnitude (microseconds for a ReLU, tens of milliseconds for a large
   convolution in training); on the log scale a tree's leaf averages ratios, not
   absolute seconds, so small operations are not drowned by large ones.
-* ``power.joblib``: a regressor of ``power_w`` (mean GPU power while the op runs, W),
-  or ``None`` when the dataset has no power (a CPU, time-only study).
+* ``power.npz``: a regressor of ``power_w`` (mean GPU power while the op runs, W); absent
+  when the dataset has no power (a CPU, time-only study).
 
   Both hold a :class:`TreeEnsemble`: the fitted scikit-learn ensemble flattened into
-  arrays, which predicts the same numbers without importing scikit-learn.
+  arrays, which predicts the same numbers without importing scikit-learn. They are
+  NumPy ``.npz`` archives of plain numeric and string arrays, read with
+  ``allow_pickle=False``: loading a predictor never runs code from its files.
 * ``features.json``: the feature schema (:class:`opcost.features.FeatureSchema`), the
   training columns, the conditions of each trained GPU setting (median measured SM and
   memory clock and power limit per setting and mode), the training ranges of each op
   type (for extrapolation flags) and provenance.
+* ``manifest.json``, written last: the format version, the GPU configuration, the dataset
+  the models were trained from (path and SHA-256) and the SHA-256 and size of every other
+  file of the predictor. :func:`load_predictor` checks every listed file against it before
+  parsing any, and refuses a directory without one.
 
 Energy per iteration is predicted time times predicted power (thesis 4.1). A network's
 prediction is the sum over its operations, each counted as often as it runs (thesis 4.3):
@@ -23,15 +29,18 @@ prediction is the sum over its operations, each counted as often as it runs (the
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
+import struct
+import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import joblib
 import numpy as np
 import pandas as pd
 
@@ -47,11 +56,23 @@ from opcost.features import (
 from opcost.names import MODES
 
 FEATURES_FILE = "features.json"
-TIME_FILE = "time.joblib"
-POWER_FILE = "power.joblib"
+TIME_FILE = "time.npz"
+POWER_FILE = "power.npz"
 #: Written by ``opcost train`` beside the models: its leave-one-network-out errors tell
 #: how far a predicted margin between two choices can be trusted.
 METRICS_FILE = "metrics.json"
+#: Validation tables written by ``opcost train`` beside the models (not read to predict).
+HOLDOUT_FILE = "holdout_predictions.parquet"
+NETWORKS_FILE = "network_predictions.parquet"
+#: Written last: the SHA-256 of every other file of the predictor.
+MANIFEST_FILE = "manifest.json"
+#: The predictor directory's format (the manifest and the model files); another is refused.
+FORMAT_VERSION = 1
+#: What to do about a predictor whose files do not match its manifest (Snakemake does
+#: not rerun a job whose outputs exist unless forced).
+RETRAIN = f"retrain it (snakemake -f results/predictors/<gpu>/{MANIFEST_FILE})"
+#: Files a manifest may list, in the order they are checked.
+PREDICTOR_FILES = (FEATURES_FILE, TIME_FILE, POWER_FILE, METRICS_FILE, HOLDOUT_FILE, NETWORKS_FILE)
 #: Counts compared against the training range of an op's type.
 RANGE_KEYS = ("flops", "input_numel", "output_numel")
 NEEDS_SETTINGS = "needs more than one setting"
@@ -92,11 +113,12 @@ def _floor_float32(threshold: np.ndarray) -> np.ndarray:
 class TreeEnsemble:
     """A fitted tree ensemble as flat arrays, so that predicting needs numpy only.
 
-    Saved in ``time.joblib`` and ``power.joblib`` instead of the scikit-learn object: the
-    arrays load fast and predicting imports no scikit-learn (about 1.5 s of a 2 s budget
-    on a small CPU). :meth:`from_sklearn` takes a fitted random forest, extra trees or
-    histogram gradient boosting regressor; :meth:`predict` gives the same numbers
-    (tested against scikit-learn).
+    Saved in ``time.npz`` and ``power.npz`` (:meth:`to_arrays`, :meth:`from_arrays`)
+    instead of the scikit-learn object: plain arrays load fast, loading runs no code, and
+    predicting imports no scikit-learn (about 1.5 s of a 2 s budget on a small CPU).
+    :meth:`from_sklearn` takes a fitted random forest, extra trees or histogram gradient
+    boosting regressor; :meth:`predict` gives the same numbers (tested against
+    scikit-learn).
 
     Attributes:
         feature_names_in_: feature columns, in order (as scikit-learn names them).
@@ -215,6 +237,100 @@ class TreeEnsemble:
     @property
     def n_features_in_(self) -> int:
         return len(self.feature_names_in_)
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """The ensemble as named arrays: numbers, booleans and unicode strings (no objects);
+        the scalars as 0-d arrays."""
+        return {
+            "feature_names_in_": np.asarray([str(n) for n in self.feature_names_in_], dtype=str),
+            "children": self.children,
+            "feature": self.feature,
+            "threshold": self.threshold,
+            "is_leaf": self.is_leaf,
+            "value": self.value,
+            "roots": self.roots,
+            "combine": np.asarray(self.combine, dtype=str),
+            "offset": np.asarray(self.offset, dtype=np.float64),
+            "source": np.asarray(self.source, dtype=str),
+        }
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray], where: str) -> TreeEnsemble:
+        """The ensemble :meth:`to_arrays` gave, after checking that its arrays make trees
+        that every walk leaves at a leaf (each child after its parent, leaves point to
+        themselves) on features that exist.
+
+        Raises:
+            PredictorError: a missing or extra array, a wrong type or shape, or nodes
+                that do not form such trees; the message names ``where``.
+        """
+        kinds = {
+            "feature_names_in_": ("U", 1),
+            "children": ("int32", 2),
+            "feature": ("int32", 1),
+            "threshold": ("float", 1),
+            "is_leaf": ("bool", 1),
+            "value": ("float64", 1),
+            "roots": ("int32", 1),
+            "combine": ("U", 0),
+            "offset": ("float64", 0),
+            "source": ("U", 0),
+        }
+
+        def bad(what: str) -> PredictorError:
+            return PredictorError(f"{where}: not an opcost tree ensemble ({what}); retrain")
+
+        if set(arrays) != set(kinds):
+            raise bad(f"arrays {sorted(arrays)}, expected {sorted(kinds)}")
+        for name, (kind, ndim) in kinds.items():
+            a = arrays[name]
+            ok = {
+                "U": a.dtype.kind == "U",
+                "float": a.dtype in (np.float32, np.float64),
+            }.get(kind, a.dtype == np.dtype(kind))
+            if not ok or a.ndim != ndim:
+                raise bad(f"{name} is {a.ndim}-d {a.dtype}, expected {ndim}-d {kind}")
+        n = len(arrays["is_leaf"])
+        children, feature, leaf = arrays["children"], arrays["feature"], arrays["is_leaf"]
+        roots, n_features = arrays["roots"], len(arrays["feature_names_in_"])
+        if children.shape != (n, 2) or any(
+            len(arrays[k]) != n for k in ("feature", "threshold", "value")
+        ):
+            raise bad(f"node arrays of different lengths ({n} nodes)")
+        # A leaf's children are itself, an inner node's lie after it: every walk ends at a
+        # leaf.
+        own = np.arange(n, dtype=np.int32)
+        left, right = children[:, 0], children[:, 1]
+        if (
+            n == 0
+            or len(roots) == 0
+            or children.min() < 0
+            or children.max() >= n
+            or not np.array_equal(left == own, leaf)
+            or not np.array_equal(right == own, leaf)
+            or not (left >= own).all()
+            or not (right >= own).all()
+            or feature.min() < 0
+            or feature.max() >= n_features
+            or roots.min() < 0
+            or roots.max() >= n
+        ):
+            raise bad("nodes do not form trees over its features")
+        combine = str(arrays["combine"])
+        if combine not in ("mean", "sum"):
+            raise bad(f"combine {combine!r}")
+        return cls(
+            feature_names_in_=arrays["feature_names_in_"].astype(object),
+            children=children,
+            feature=feature,
+            threshold=arrays["threshold"],
+            is_leaf=leaf,
+            value=arrays["value"],
+            roots=roots,
+            combine=combine,
+            offset=float(arrays["offset"]),
+            source=str(arrays["source"]),
+        )
 
     def predict(self, x: Any) -> np.ndarray:
         """The ensemble's prediction for each row of ``x`` (columns as ``feature_names_in_``).
@@ -488,12 +604,28 @@ def training_ranges(rows: pd.DataFrame) -> dict[str, dict[str, list[float]]]:
     return ranges
 
 
-def save_predictor(predictor: Predictor, directory: str | Path) -> None:
-    """Write ``time.joblib``, ``power.joblib`` (None without power) and ``features.json``."""
+def save_predictor(
+    predictor: Predictor, directory: str | Path, dataset: str | Path | None = None
+) -> None:
+    """Write ``time.npz``, ``power.npz`` (none without a power model), ``features.json``
+    and, last, ``manifest.json``.
+
+    The manifest also covers ``metrics.json`` and the validation tables already in
+    ``directory`` (``opcost train`` writes them first). Until it is written, the directory
+    holds no manifest, so a predictor interrupted while being saved never loads.
+
+    Args:
+        dataset: the dataset Parquet the models were trained from, recorded with its
+            SHA-256 in the manifest (None: not recorded).
+    """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    _dump_atomic(predictor.time_model, directory / TIME_FILE)
-    _dump_atomic(predictor.power_model, directory / POWER_FILE)
+    (directory / MANIFEST_FILE).unlink(missing_ok=True)
+    _write_model(predictor.time_model, directory / TIME_FILE)
+    if predictor.power_model is None:
+        (directory / POWER_FILE).unlink(missing_ok=True)
+    else:
+        _write_model(predictor.power_model, directory / POWER_FILE)
     cond = predictor.conditions.astype(object).where(predictor.conditions.notna(), None)
     ref = predictor.time_reference
     doc = {
@@ -508,85 +640,227 @@ def save_predictor(predictor: Predictor, directory: str | Path) -> None:
         "conditions": cond.to_dict(orient="records"),
         "training_ranges": predictor.ranges,
     }
-    tmp = directory / f".{FEATURES_FILE}.tmp"
-    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n")
-    tmp.replace(directory / FEATURES_FILE)
+    text = json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n"
+    _write_atomic(directory / FEATURES_FILE, text.encode())
+    manifest = {
+        "format": "opcost predictor",
+        "format_version": FORMAT_VERSION,
+        "gpu": {
+            "name": predictor.gpu,
+            "devices": list(predictor.meta.get("gpu_names", [])),
+            "settings": predictor.settings,
+            "modes": predictor.modes,
+        },
+        "dataset": None if dataset is None else _file_entry(Path(dataset), with_path=True),
+        "files": {
+            name: _file_entry(directory / name)
+            for name in PREDICTOR_FILES
+            if (directory / name).is_file()
+        },
+    }
+    text = json.dumps(manifest, indent=1, sort_keys=True) + "\n"
+    _write_atomic(directory / MANIFEST_FILE, text.encode())
 
 
-def _dump_atomic(model: Any, path: Path) -> None:
-    """Write under a temporary name, then rename: a predictor that memory-maps the old
-    file (:func:`load_predictor`) keeps reading it whole, and none sees half a file."""
+def _sha256(path: Path) -> tuple[str, int]:
+    """The SHA-256 (hex) and size of a file, read in blocks."""
+    with path.open("rb") as f:
+        digest = hashlib.file_digest(f, "sha256")
+        return digest.hexdigest(), f.tell()
+
+
+def _file_entry(path: Path, with_path: bool = False) -> dict[str, Any]:
+    """A manifest entry: the file's SHA-256 and size in bytes (and its path if asked)."""
+    sha256, size = _sha256(path)
+    return {"sha256": sha256, "bytes": size, **({"path": str(path)} if with_path else {})}
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Write under a temporary name, flush to disk, then rename: no reader sees half a
+    file, and after a crash the file is whole or absent."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        joblib.dump(model, tmp)
+        with tmp.open("wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
 
 
-def _load_model(path: Path) -> Any:
-    """A saved model, its node arrays memory-mapped rather than read.
+def _write_model(model: TreeEnsemble, path: Path) -> None:
+    """Save a tree ensemble as an uncompressed ``.npz`` of its arrays (no pickles), which
+    ``np.load`` reads.
 
-    Mapping costs milliseconds where reading 300-tree forests (tens of MB each) took a
-    good part of a second; the pages the walk touches come from the page cache. The
-    arrays become plain (read-only) ndarrays, since numpy.memmap adds a Python-level
-    hook to every operation on them.
+    Each member's local header is padded (an extra field as Android's ``zipalign``
+    writes) so that its array data start at a multiple of 64 bytes: :func:`_npz_arrays`
+    then uses them in place. A fixed timestamp makes the same model the same bytes.
     """
-    model = joblib.load(path, mmap_mode="r")
-    if isinstance(model, TreeEnsemble):
-        for name in TreeEnsemble.__dataclass_fields__:
-            value = getattr(model, name)
-            if isinstance(value, np.memmap):
-                setattr(model, name, np.asarray(value))
-    return model
+    if not isinstance(model, TreeEnsemble):
+        raise PredictorError(
+            f"{path}: cannot store a {type(model).__name__}; expected a TreeEnsemble"
+        )
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+        for name, array in model.to_arrays().items():
+            member = io.BytesIO()
+            np.lib.format.write_array(member, array, allow_pickle=False)
+            info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            # The .npy header is padded to 64 bytes; the local header is 30 bytes, the
+            # name, and the extra field (4 bytes and the padding).
+            pad = -(buffer.tell() + 30 + len(info.filename) + 4) % 64
+            info.extra = struct.pack("<HH", 0xD935, pad) + bytes(pad)
+            archive.writestr(info, member.getvalue())
+    _write_atomic(path, buffer.getvalue())
 
 
-def _model_columns(model: Any) -> list[str] | None:
-    names = getattr(model, "feature_names_in_", None)
-    return None if names is None else [str(n) for n in names]
+def _read_model(data: bytes, path: Path) -> TreeEnsemble:
+    """A tree ensemble from the bytes of its ``.npz`` (:func:`_npz_arrays`)."""
+    try:
+        arrays = _npz_arrays(data)
+    except Exception as e:  # zipfile and numpy raise many types for a malformed archive
+        raise PredictorError(f"{path}: not an opcost model file ({e}); retrain") from e
+    return TreeEnsemble.from_arrays(arrays, str(path))
+
+
+def _npz_arrays(data: bytes) -> dict[str, np.ndarray]:
+    """The arrays of an uncompressed ``.npz`` held in ``data``.
+
+    Plain arrays only: a member whose dtype holds objects (which ``np.load`` would
+    unpickle with ``allow_pickle=True``) or a compressed member (whose size the file's
+    does not bound) is refused. Each array is a read-only view of ``data`` where it lies
+    aligned, else a copy: no reading through ``zipfile`` in small blocks.
+
+    Raises:
+        ValueError: not such an archive.
+    """
+    from numpy.lib import format as npy
+
+    readers = {(1, 0): npy.read_array_header_1_0, (2, 0): npy.read_array_header_2_0}
+    arrays = {}
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        for info in archive.infolist():
+            if info.compress_type != zipfile.ZIP_STORED:
+                raise ValueError(f"member {info.filename} is compressed")
+            local = data[info.header_offset : info.header_offset + 30]
+            if len(local) < 30 or local[:4] != b"PK\x03\x04":
+                raise ValueError(f"member {info.filename}: no local header")
+            name_len, extra_len = struct.unpack("<HH", local[26:30])
+            start = info.header_offset + 30 + name_len + extra_len
+            end = start + info.file_size
+            header = io.BytesIO(data[start : min(end, start + 65536)])
+            version = npy.read_magic(header)
+            if version not in readers:
+                raise ValueError(f"member {info.filename}: .npy version {version}")
+            shape, fortran, dtype = readers[version](header)
+            if dtype.hasobject:
+                raise ValueError(f"member {info.filename} holds Python objects")
+            if any(d < 0 for d in shape):
+                raise ValueError(f"member {info.filename}: shape {shape}")
+            count = int(np.prod(shape, dtype=np.int64))
+            offset = start + header.tell()
+            if offset + count * dtype.itemsize > end:
+                raise ValueError(f"member {info.filename} is cut short")
+            array = np.frombuffer(data, dtype=dtype, count=count, offset=offset)
+            if not array.flags.aligned:
+                array = array.copy()
+                array.flags.writeable = False
+            arrays[info.filename.removesuffix(".npy")] = array.reshape(
+                shape, order="F" if fortran else "C"
+            )
+    return arrays
+
+
+def _read_manifest(directory: Path) -> dict[str, bytes]:
+    """The bytes of every file ``manifest.json`` lists, each checked against its SHA-256
+    and size; files are read once, so what is parsed is what was checked.
+
+    Raises:
+        PredictorError: no or an unreadable manifest, another format version, a listed
+            file missing or changed, or a file the loader reads that the manifest does not
+            list; the message names the file.
+    """
+    path = directory / MANIFEST_FILE
+    if not path.is_file():
+        raise PredictorError(
+            f"{directory}: no {MANIFEST_FILE} (not trained, interrupted, or from an older "
+            "opcost); train the predictors (snakemake results/predictors/<gpu>/"
+            f"{MANIFEST_FILE}) or pass --predictors DIR"
+        )
+    try:
+        manifest = json.loads(path.read_bytes())
+    except (OSError, ValueError) as e:
+        raise PredictorError(f"{path}: not readable JSON ({e}); {RETRAIN}") from e
+    version = manifest.get("format_version") if isinstance(manifest, dict) else None
+    if version != FORMAT_VERSION:
+        raise PredictorError(
+            f"{path}: predictor format version {version!r}, this opcost reads "
+            f"{FORMAT_VERSION}; {RETRAIN}"
+        )
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not {FEATURES_FILE, TIME_FILE} <= set(files):
+        raise PredictorError(f"{path}: lists no {FEATURES_FILE} and {TIME_FILE}; retrain")
+    unknown = sorted(set(files) - set(PREDICTOR_FILES))
+    if unknown:
+        raise PredictorError(f"{path}: lists an unknown file {unknown[0]!r}; retrain")
+    for name in (POWER_FILE, METRICS_FILE):
+        if name not in files and (directory / name).exists():
+            raise PredictorError(
+                f"{directory / name}: not in {MANIFEST_FILE} (added after training); "
+                "remove it or retrain the predictor"
+            )
+    contents = {}
+    for name in PREDICTOR_FILES:
+        if name not in files:
+            continue
+        entry, file = files[name], directory / name
+        try:
+            data = file.read_bytes()
+        except OSError as e:
+            raise PredictorError(
+                f"{file}: listed in {MANIFEST_FILE} but not readable ({e.strerror}); retrain"
+            ) from e
+        expected = entry.get("sha256") if isinstance(entry, dict) else None
+        if hashlib.sha256(data).hexdigest() != expected or len(data) != entry.get("bytes"):
+            raise PredictorError(
+                f"{file}: does not match its SHA-256 in {MANIFEST_FILE} (changed or damaged "
+                f"since training); {RETRAIN}"
+            )
+        contents[name] = data
+    return contents
 
 
 def load_predictor(directory: str | Path) -> Predictor:
-    """Load one GPU configuration's predictor and check its schema.
+    """Load one GPU configuration's predictor and check it.
 
-    The models' arrays are memory-mapped read-only (:func:`_load_model`); retraining
-    replaces the files rather than overwriting them, so a loaded predictor stays valid.
+    Every file ``manifest.json`` lists is read and checked against its SHA-256 first
+    (:func:`_read_manifest`); then the checked bytes are parsed, JSON and ``.npz`` of
+    plain arrays only, so that loading runs no code from the files.
 
     Raises:
-        PredictorError: a file is missing or unreadable.
+        PredictorError: a file is missing, changed since training, or unreadable.
         SchemaError: the models' features differ from the schema, or the schema's version
             from this opcost's.
     """
     directory = Path(directory)
     path = directory / FEATURES_FILE
-    for name in (FEATURES_FILE, TIME_FILE, POWER_FILE):
-        if not (directory / name).is_file():
-            raise PredictorError(
-                f"{directory}: no {name}; train the predictors first "
-                "(snakemake results/predictors/<gpu>/time.joblib) or pass --predictors DIR"
-            )
+    contents = _read_manifest(directory)
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
+        doc = json.loads(contents[FEATURES_FILE])
+    except ValueError as e:
         raise PredictorError(f"{path}: not readable JSON ({e})") from e
     if not isinstance(doc, dict) or "schema" not in doc:
         raise PredictorError(f"{path}: not a features.json written by opcost train")
     schema = FeatureSchema.from_dict(doc["schema"])
     check_schema(schema, doc.get("columns", []), str(path))
-    try:
-        time_model = _load_model(directory / TIME_FILE)
-        power_model = _load_model(directory / POWER_FILE)
-    except Exception as e:  # unpickling raises many types for a corrupt file
-        raise PredictorError(f"{directory}: cannot load the models ({e}); retrain them") from e
+    time_model = _read_model(contents[TIME_FILE], directory / TIME_FILE)
+    power_model = None
+    if POWER_FILE in contents:
+        power_model = _read_model(contents[POWER_FILE], directory / POWER_FILE)
     for name, model in ((TIME_FILE, time_model), (POWER_FILE, power_model)):
-        if model is None:
-            continue
-        cols = _model_columns(model)
-        if cols is None or not hasattr(model, "predict"):
-            raise PredictorError(f"{directory / name}: not a fitted opcost regressor; retrain")
-        check_schema(schema, cols, str(directory / name))
-    if time_model is None:
-        raise PredictorError(f"{directory / TIME_FILE}: holds no model; retrain")
+        if model is not None:
+            check_schema(schema, [str(n) for n in model.feature_names_in_], str(directory / name))
     conditions = pd.DataFrame(doc.get("conditions", []))
     needed = ["setting", "mode", "dtype", "tf32", *CONDITIONS]
     if conditions.empty or any(c not in conditions.columns for c in needed):
@@ -613,17 +887,18 @@ def load_predictor(directory: str | Path) -> Predictor:
         conditions=conditions,
         ranges=doc.get("training_ranges", {}),
         meta=meta,
-        lono_mape_pct=_lono_mape(directory / METRICS_FILE),
+        lono_mape_pct=_lono_mape(contents.get(METRICS_FILE)),
         time_reference=time_reference,
     )
 
 
-def _lono_mape(path: Path) -> dict[str, dict[str, float]]:
-    """Mode -> criterion -> LONO network MAPE (%) from ``metrics.json``; empty if absent
-    or unreadable (the errors only qualify a choice, the models predict without them)."""
+def _lono_mape(metrics: bytes | None) -> dict[str, dict[str, float]]:
+    """Mode -> criterion -> LONO network MAPE (%) from ``metrics.json``'s bytes; empty if
+    absent or unreadable (the errors only qualify a choice, the models predict without
+    them)."""
     try:
-        networks = json.loads(path.read_text())["lono"]["network"]
-    except (OSError, ValueError, KeyError, TypeError):
+        networks = json.loads(metrics)["lono"]["network"]
+    except (ValueError, KeyError, TypeError):
         return {}
     out: dict[str, dict[str, float]] = {}
     for mode, scores in networks.items() if isinstance(networks, dict) else ():
@@ -650,15 +925,19 @@ def load_predictors(root: str | Path) -> dict[str, Predictor]:
         raise PredictorError(
             f"{root}: no such predictor directory; train first (snakemake) or pass --predictors DIR"
         )
-    dirs = sorted(p.parent for p in root.glob(f"*/{FEATURES_FILE}"))
-    if (root / FEATURES_FILE).is_file():
+    # A directory with features.json but no manifest (interrupted, or an older opcost's)
+    # is a predictor that load_predictor refuses, saying so.
+    marks = (MANIFEST_FILE, FEATURES_FILE)
+    dirs = sorted({p.parent for name in marks for p in root.glob(f"*/{name}")})
+    if any((root / name).is_file() for name in marks):
         dirs = [root]
     if not dirs:
         raise PredictorError(
-            f"{root}: holds no trained predictor (no */{FEATURES_FILE}); train first "
+            f"{root}: holds no trained predictor (no */{MANIFEST_FILE}); train first "
             "(snakemake) or pass --predictors DIR"
         )
-    return {(p := load_predictor(d)).gpu: p for d in dirs}
+    # On threads: reading and hashing the files release the GIL.
+    return {p.gpu: p for p in _starmap_threads(load_predictor, [(d,) for d in dirs])}
 
 
 @dataclass

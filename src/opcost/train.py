@@ -46,8 +46,9 @@ Validation (written to ``metrics.json``)
 
 Files (``results/predictors/{gpu}/``, written by :func:`train_gpu`)
 -------------------------------------------------------------------
-``time.joblib``, ``power.joblib`` (None without power) and ``features.json``: the
-predictor, see :mod:`opcost.predict`. ``metrics.json``: the scores, under ``holdout``
+``time.npz``, ``power.npz`` (none without power), ``features.json`` and
+``manifest.json`` (written last: the SHA-256 of every file here, the dataset's path and
+SHA-256): the predictor, see :mod:`opcost.predict`. ``metrics.json``: the scores, under ``holdout``
 (``op``, ``baseline_op``) and ``lono`` (``op``, ``baseline_op``, ``network``,
 ``network_vs_summed_ops``), each per mode and ``all``: ``n``, ``time_mape_pct``,
 ``power_mape_pct``, ``energy_mape_pct`` (null where nothing is comparable).
@@ -108,6 +109,10 @@ import pandas as pd
 from opcost import __version__
 from opcost.features import CONDITIONS, build_schema, encode_features
 from opcost.predict import (
+    HOLDOUT_FILE,
+    MANIFEST_FILE,
+    METRICS_FILE,
+    NETWORKS_FILE,
     Predictor,
     TimeReference,
     TreeEnsemble,
@@ -317,6 +322,8 @@ def fit_predictor(
             "n_rows": len(rows),
             "n_ops": int(rows["op_id"].nunique()),
             "n_power_rows": int(power_ok.sum()),
+            # The GPUs measured (nvidia-smi's names), for the manifest.
+            "gpu_names": sorted(map(str, rows.get("gpu_name", pd.Series()).dropna().unique())),
             "opcost_version": __version__,
             "sklearn_version": _sklearn_version(),
             "trained_unix_s": time.time(),
@@ -644,9 +651,9 @@ class TrainOutputs:
         d = Path(directory)
         return cls(
             d,
-            d / "metrics.json",
-            d / "holdout_predictions.parquet",
-            d / "network_predictions.parquet",
+            d / METRICS_FILE,
+            d / HOLDOUT_FILE,
+            d / NETWORKS_FILE,
         )
 
 
@@ -661,10 +668,13 @@ def train_gpu(
 ) -> dict[str, Any]:
     """Validate and train one GPU configuration's predictor; write every output.
 
-    Writes the predictor (``time.joblib``, ``power.joblib``, ``features.json``) into
-    ``outputs.directory``, plus ``metrics.json``, ``holdout_predictions.parquet`` and
-    ``network_predictions.parquet``. Returns the metrics.
+    Writes ``metrics.json``, ``holdout_predictions.parquet`` and
+    ``network_predictions.parquet``, then the predictor (``time.npz``, ``power.npz``,
+    ``features.json``) into ``outputs.directory``, and last ``manifest.json``, which
+    covers them all: a run interrupted at any point leaves no predictor that loads.
+    Returns the metrics.
     """
+    (outputs.directory / MANIFEST_FILE).unlink(missing_ok=True)
     dataset = read_parquet(dataset_path, columns=list(DATASET_COLUMNS))
     rows = op_rows(dataset)
     if rows.empty:
@@ -684,10 +694,10 @@ def train_gpu(
     metrics = _json_safe(build_metrics(gpu, rows, cfg, holdout, lono_networks, lono_ops))
     predictor = fit_predictor(rows, cfg, gpu, n_jobs)
     predictor.meta["dataset"] = str(dataset_path)
-    save_predictor(predictor, outputs.directory)
     write_parquet_atomic(holdout, outputs.holdout)
     write_parquet_atomic(lono_networks, outputs.networks)
     outputs.metrics.write_text(json.dumps(metrics, indent=1, sort_keys=True) + "\n")
+    save_predictor(predictor, outputs.directory, dataset=dataset_path)
     log(f"done in {time.perf_counter() - t0:.1f} s")
     return metrics
 

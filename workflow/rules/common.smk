@@ -81,12 +81,12 @@ def get_final_outputs(wildcards):
             "results/predictors/{gpu}/{name}",
             gpu=STUDY.gpus,
             name=[
-                "time.joblib",
-                "power.joblib",
+                "time.npz",
                 "features.json",
                 "metrics.json",
                 "holdout_predictions.parquet",
                 "network_predictions.parquet",
+                "manifest.json",
             ],
         )
     )

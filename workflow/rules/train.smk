@@ -1,6 +1,7 @@
 # One predictor per GPU configuration: forests for time and power, validated by a random
 # hold-out of operations and by leaving each network out (opcost.train). The op tables
-# tell which operations belong to which network.
+# tell which operations belong to which network. power.npz is written only when the dataset
+# has power (so it is no declared output); manifest.json, written last, lists it.
 
 
 rule train:
@@ -8,12 +9,12 @@ rule train:
         dataset="results/dataset/{gpu}.parquet",
         ops=expand("results/ops/{model_input}.parquet", model_input=MODEL_INPUTS),
     output:
-        time="results/predictors/{gpu}/time.joblib",
-        power="results/predictors/{gpu}/power.joblib",
+        time="results/predictors/{gpu}/time.npz",
         features="results/predictors/{gpu}/features.json",
         metrics="results/predictors/{gpu}/metrics.json",
         holdout="results/predictors/{gpu}/holdout_predictions.parquet",
         networks="results/predictors/{gpu}/network_predictions.parquet",
+        manifest="results/predictors/{gpu}/manifest.json",
     log:
         "logs/train/{gpu}.log",
     conda:
