@@ -791,3 +791,81 @@ def test_run_killed_mid_profiling_resumes_and_completes(repo, tmp_path):
     unique = pd.read_parquet(tmp_path / "results/ops/unique.parquet")
     assert len(dataset) == 2 * len(unique) + 4
     assert not list(raw.rglob(".*.tmp-*"))
+
+
+# --- issue 19: interrupting a run, two runs in one directory -------------------------------
+
+# One tiny network, one mode: seven profiling jobs, each measuring for about a second, so a
+# signal can reach a run mid-measurement.
+INTERRUPT_STUDY = """
+models:
+  - {model: "toymodels.nets:tiny_mlp", inputs: [[8, 16]]}
+  - {model: "toymodels.nets:tiny_mlp", inputs: [[4, 16]]}
+modes: [inference]
+gpus:
+  cpu: {device: cpu}
+profile: {min_run_time_s: 1.0, warmup_s: 0.005}
+"""
+
+
+def _start(repo: Path, work: Path, args: tuple[str, ...], log: Path) -> subprocess.Popen:
+    with open(log, "w") as out:
+        return subprocess.Popen(
+            snakemake_argv(repo, work, *args),
+            cwd=repo,
+            env=snakemake_env(repo),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def _wait_for(paths, what: str, timeout_s: float = 600) -> list[Path]:
+    """Poll ``paths()`` until it returns something; that list."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = paths()
+        if found:
+            return found
+        time.sleep(0.05)
+    pytest.fail(f"never saw {what}")
+
+
+def _raw_logs(work: Path) -> list[Path]:
+    """The raw logs under their final names (not a job's temporary files)."""
+    return [
+        p for p in (work / "results/raw").rglob("*") if p.is_file() and not p.name.startswith(".")
+    ]
+
+
+@pytest.mark.slow
+def test_sigint_to_snakemake_alone_stops_the_measurement_and_a_rerun_completes(repo, tmp_path):
+    """SIGINT to the Snakemake process only (not its group): the measurement worker stops
+    too, the interrupted job leaves no raw log, and the same command then completes with
+    every raw log write-protected."""
+    config = tmp_path / "study.yaml"
+    config.write_text(INTERRUPT_STUDY)
+    work = tmp_path / "work"
+    args = ("results/dataset/cpu.parquet", "--cores", "2", "--configfile", str(config))
+    proc = _start(repo, work, args, tmp_path / "run1.log")
+    staged = _wait_for(
+        lambda: list((work / "results/raw").rglob(".*.tmp-*")), "a profiling job measuring"
+    )
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=300) != 0
+    # The job that was measuring (its temporary CSV named it) left no file, nor a temporary.
+    interrupted = staged[0].name.split(".tmp-")[0].lstrip(".").rsplit(".", 1)[0]
+    assert not list((work / "results/raw").rglob(f"{interrupted}.*"))
+    assert not list((work / "results/raw").rglob(".*.tmp-*"))
+    for path in _raw_logs(work):
+        assert not path.stat().st_mode & 0o222, f"{path} is writable"
+
+    again = snakemake(repo, work, *args)
+    assert again.returncode == 0, again.stderr[-4000:]
+    raw = _raw_logs(work)
+    unique = pd.read_parquet(work / "results/ops/unique.parquet")
+    assert len(raw) == 2 * (len(unique) + 2)
+    for path in raw:
+        assert not path.stat().st_mode & 0o222, f"{path} is writable"
+    dataset = pd.read_parquet(work / "results/dataset/cpu.parquet")
+    assert len(dataset) == len(unique) + 2
+    assert all((work / p).exists() for p in dataset["json_path"])
