@@ -308,20 +308,24 @@ def test_deleting_a_raw_pair_measures_it_again_and_rebuilds_what_depends_on_it(
     assert {"evaluate", "train", "validate_dataset"} <= {rule for rule, _ in jobs}
 
     # A job that would read the dataset made before the deletion refuses it.
-    forced = snakemake_unchecked(
-        REPO,
-        study_copy,
-        "results/predictors/local/metrics.json",
-        "--cores",
-        "2",
-        "--configfile",
-        configfile,
-        "--forcerun",
-        "train",
-        extra_paths=(study_copy.parent,),
-    )
-    assert forced.returncode != 0
-    assert f"{prefix}.json, which no longer exists" in forced.stdout + forced.stderr
+    for target, rule in (
+        ("results/predictors/local/metrics.json", "train"),
+        ("results/validation/dataset_validation.parquet", "validate_dataset"),
+    ):
+        forced = snakemake_unchecked(
+            REPO,
+            study_copy,
+            target,
+            "--cores",
+            "2",
+            "--configfile",
+            configfile,
+            "--forcerun",
+            rule,
+            extra_paths=(study_copy.parent,),
+        )
+        assert forced.returncode != 0
+        assert f"{prefix}.json, which no longer exists" in forced.stdout + forced.stderr
 
     ran = snakemake(study_copy, "--cores", "2", "--configfile", configfile)
     ran_jobs = scheduled_jobs(ran.stdout + ran.stderr)

@@ -74,10 +74,15 @@ def options_for(
     )
 
 
+def _staged(path: Path) -> Path:
+    """The temporary name a file is written under, beside its final name."""
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
 def write_atomic(path: Path, text: str) -> None:
     """Write under a temporary name in the same directory, then rename into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = _staged(path)
     with open(tmp, "w") as f:
         f.write(text)
         f.flush()
@@ -124,7 +129,7 @@ def power_log(
     With ``job_log_path``, a second nvidia-smi log covers the whole job, the setting's
     change and restoration included (thesis 3.3: for investigating anomalies later).
     """
-    tmp_csv = csv_path.with_name(f".{csv_path.name}.tmp-{os.getpid()}")
+    tmp_csv = _staged(csv_path)
     try:
         if device == "cuda":
             with _gpu_power_log(tmp_csv, setting, profile_config, record, job_log_path) as read_mj:
@@ -253,10 +258,6 @@ def profile_job(
             staged_json.unlink(missing_ok=True)
             raise
     return record
-
-
-def _staged(path: Path) -> Path:
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
 
 
 def _write_synced(path: Path, text: str) -> None:
