@@ -123,11 +123,15 @@ def power_log(
     profile_config: dict[str, Any],
     record: dict,
     job_log_path: Path | None = None,
+    *,
+    publish: bool = True,
 ) -> Iterator[Any]:
     """Setting applied, nvidia-smi logging to a temporary file, the energy counter open.
 
     With ``job_log_path``, a second nvidia-smi log covers the whole job, the setting's
     change and restoration included (thesis 3.3: for investigating anomalies later).
+    At the end the log is renamed to ``csv_path``; with ``publish=False`` it stays under
+    its temporary name (``_staged(csv_path)``) for the caller to publish.
     """
     tmp_csv = _staged(csv_path)
     try:
@@ -143,7 +147,8 @@ def power_log(
         # A job cut off leaves no log under its final name.
         tmp_csv.unlink(missing_ok=True)
         raise
-    os.replace(tmp_csv, csv_path)
+    if publish:
+        os.replace(tmp_csv, csv_path)
 
 
 @contextlib.contextmanager
@@ -243,7 +248,13 @@ def profile_job(
                 with (
                     _collecting_own_garbage(),
                     power_log(
-                        staged_csv, opts.device, setting, profile_config, record, job_log
+                        csv_path,
+                        opts.device,
+                        setting,
+                        profile_config,
+                        record,
+                        job_log,
+                        publish=False,
                     ) as read_mj,
                 ):
                     _measure_into(record, kind, spec, model_input, opts, read_mj)
