@@ -25,3 +25,4 @@ rule all:
     default_target: True
     input:
         get_final_outputs,
+        get_all_raw_logs,

@@ -1055,3 +1055,183 @@ def test_predictor_without_a_matching_manifest_is_refused(predictors, tmp_path, 
     with pytest.raises(PredictorError) as error:
         load_predictor(d)
     assert str(error.value).startswith(expected)
+
+
+# --- issue 19: interrupting a run, two runs in one directory -------------------------------
+
+# One tiny network, one mode: seven profiling jobs, each measuring for about a second, so a
+# signal can reach a run mid-measurement.
+INTERRUPT_STUDY = """
+models:
+  - {model: "toymodels.nets:tiny_mlp", inputs: [[8, 16]]}
+  - {model: "toymodels.nets:tiny_mlp", inputs: [[4, 16]]}
+modes: [inference]
+gpus:
+  cpu: {device: cpu}
+profile: {min_run_time_s: 1.0, warmup_s: 0.005}
+"""
+
+
+def _start(repo: Path, work: Path, args: tuple[str, ...], log: Path) -> subprocess.Popen:
+    with open(log, "w") as out:
+        return subprocess.Popen(
+            snakemake_argv(repo, work, *args),
+            cwd=repo,
+            env=snakemake_env(repo),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def _wait_for(paths, what: str, timeout_s: float = 600) -> list[Path]:
+    """Poll ``paths()`` until it returns something; that list."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = paths()
+        if found:
+            return found
+        time.sleep(0.05)
+    pytest.fail(f"never saw {what}")
+
+
+def _raw_logs(work: Path) -> list[Path]:
+    """The raw logs under their final names (not a job's temporary files)."""
+    return [
+        p for p in (work / "results/raw").rglob("*") if p.is_file() and not p.name.startswith(".")
+    ]
+
+
+@pytest.mark.slow
+def test_sigint_to_snakemake_alone_stops_the_measurement_and_a_rerun_completes(repo, tmp_path):
+    """SIGINT to the Snakemake process only (not its group): the measurement worker stops
+    too, the interrupted job leaves no raw log, and the same command then completes with
+    every raw log write-protected."""
+    config = tmp_path / "study.yaml"
+    config.write_text(INTERRUPT_STUDY)
+    work = tmp_path / "work"
+    args = ("results/dataset/cpu.parquet", "--cores", "2", "--configfile", str(config))
+    proc = _start(repo, work, args, tmp_path / "run1.log")
+    staged = _wait_for(
+        lambda: list((work / "results/raw").rglob(".*.tmp-*")), "a profiling job measuring"
+    )
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=300) != 0
+    # The job that was measuring (its temporary CSV named it) left no file, nor a temporary.
+    interrupted = staged[0].name.split(".tmp-")[0].lstrip(".").rsplit(".", 1)[0]
+    assert not list((work / "results/raw").rglob(f"{interrupted}.*"))
+    assert not list((work / "results/raw").rglob(".*.tmp-*"))
+    for path in _raw_logs(work):
+        assert not path.stat().st_mode & 0o222, f"{path} is writable"
+
+    again = snakemake(repo, work, *args)
+    assert again.returncode == 0, again.stderr[-4000:]
+    raw = _raw_logs(work)
+    unique = pd.read_parquet(work / "results/ops/unique.parquet")
+    assert len(raw) == 2 * (len(unique) + 2)
+    for path in raw:
+        assert not path.stat().st_mode & 0o222, f"{path} is writable"
+    dataset = pd.read_parquet(work / "results/dataset/cpu.parquet")
+    assert len(dataset) == len(unique) + 2
+    assert all((work / p).exists() for p in dataset["json_path"])
+
+
+def _incomplete_marker(work: Path, output: str) -> Path:
+    """Where Snakemake marks ``output`` as written by a job that has not finished yet."""
+    import base64
+
+    return work / ".snakemake/incomplete" / base64.urlsafe_b64encode(output.encode()).decode()
+
+
+@pytest.mark.slow
+def test_sigkill_during_train_then_the_lock_first_and_the_same_command_completes(repo, tmp_path):
+    """SIGKILL to Snakemake alone while `train` runs: the training script finishes on its
+    own and leaves its outputs marked incomplete, and the lock stays. The rerun's first
+    (and only) complaint is the lock, as for a second run in a directory where another
+    runs; after `--unlock` the same command completes, training again."""
+    config = tmp_path / "study.yaml"
+    config.write_text(INTERRUPT_STUDY.replace("min_run_time_s: 1.0", "min_run_time_s: 0.01"))
+    work = tmp_path / "work"
+    metrics = "results/predictors/cpu/metrics.json"
+    args = (metrics, "--cores", "2", "--configfile", str(config))
+    proc = _start(repo, work, args, tmp_path / "run1.log")
+    marker = _incomplete_marker(work, metrics)
+    _wait_for(lambda: [marker] if marker.exists() else [], "train running")
+    proc.kill()
+    proc.wait(timeout=60)
+    # The orphaned training script writes its outputs all the same.
+    _wait_for(lambda: [work / metrics] if (work / metrics).exists() else [], metrics, 300)
+    time.sleep(2)
+    assert marker.exists()
+
+    again = snakemake(repo, work, *args)
+    assert again.returncode != 0
+    said = again.stdout + again.stderr
+    assert "LockException" in said
+    assert "IncompleteFilesException" not in said
+    assert "--rerun-incomplete" not in said
+
+    assert snakemake(repo, work, "--unlock", *args).returncode == 0
+    done = snakemake(repo, work, *args)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert re.search(r"^\s*(local)?rule train:", done.stdout + done.stderr, re.M)
+    assert not marker.exists()
+    assert json.loads((work / metrics).read_text())["gpu"] == "cpu"
+
+
+def test_a_profiling_job_leaves_its_raw_logs_read_only(tmp_path):
+    """Protected by the job itself, not only by Snakemake after it (which an interrupted
+    run never gets to)."""
+    from opcost import profile
+    from opcost.config import GpuConfig
+
+    profile.profile_job(
+        kind="op",
+        gpu=GpuConfig("cpu", "cpu", True, "float32", (), None, None),
+        setting=parse_setting("default"),
+        mode="inference",
+        profile_config={"min_run_time_s": 0.01, "warmup_s": 0.002},
+        csv_path=tmp_path / "op.csv",
+        json_path=tmp_path / "op.json",
+        spec=CONV_SPEC,
+        op_id="0123456789abcdef",
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["op.csv", "op.json"]
+    for path in tmp_path.iterdir():
+        assert path.stat().st_mode & 0o777 == 0o444, oct(path.stat().st_mode)
+
+
+def test_sigterm_while_publishing_waits_until_both_raw_logs_are_in_place(tmp_path, monkeypatch):
+    """A SIGTERM between the CSV's rename and the JSON's would leave a CSV without its
+    JSON: read-only, Snakemake then refuses to rerun the job. It takes effect after both."""
+    from opcost import profile
+
+    staged = {name: tmp_path / f".{name}.tmp-1" for name in ("op.csv", "op.json")}
+    for path in staged.values():
+        path.write_text("x\n")
+    real_replace = os.replace
+
+    def replace_then_sigterm(src, dst):
+        real_replace(src, dst)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(os, "replace", replace_then_sigterm)
+    with pytest.raises(SystemExit) as info, sigterm_unwinds():
+        profile.publish_read_only([(staged[n], tmp_path / n) for n in ("op.csv", "op.json")])
+    assert info.value.code == 128 + signal.SIGTERM
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["op.csv", "op.json"]
+    assert all(p.stat().st_mode & 0o777 == 0o444 for p in tmp_path.iterdir())
+
+
+def test_a_dataset_with_a_row_whose_raw_log_is_gone_is_refused(tmp_path):
+    from opcost.workflow import MissingRawLogError, require_raw_logs
+
+    raw = tmp_path / "results/raw/cpu/default/inference/ops"
+    raw.mkdir(parents=True)
+    for name in ("a.json", "a.csv", "b.json"):  # b's CSV is gone
+        (raw / name).write_text("{}\n")
+    dataset = tmp_path / "cpu.parquet"
+    pd.DataFrame({"json_path": [str(raw / "a.json")]}).to_parquet(dataset)
+    require_raw_logs(dataset)
+    pd.DataFrame({"json_path": [str(raw / "a.json"), str(raw / "b.json")]}).to_parquet(dataset)
+    with pytest.raises(MissingRawLogError, match=rf"{dataset}.*{raw / 'b.csv'}.*`snakemake`"):
+        require_raw_logs(dataset)

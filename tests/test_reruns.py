@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -277,3 +278,70 @@ def test_a_new_spec_version_reruns_extraction_and_no_valid_measurement(study_cop
     assert {"extract", "unique_ops"} <= jobs
     assert not jobs & PROFILING_RULES
     assert raw_files(study_copy) == before
+
+
+@pytest.mark.slow
+def test_deleting_a_raw_pair_measures_it_again_and_rebuilds_what_depends_on_it(
+    study_copy: Path,
+) -> None:
+    """README, "Remeasuring on purpose": make the pair writable, delete it, run snakemake."""
+    from test_workflow import snakemake as snakemake_unchecked
+
+    configfile = write_study(study_copy, BASE_STUDY)
+    op_id = sorted(pd.read_parquet(study_copy / "results/ops/unique.parquet")["op_id"])[0]
+    prefix = f"results/raw/local/default/inference/ops/{op_id}"
+    pair = [study_copy / f"{prefix}.json", study_copy / f"{prefix}.csv"]
+    for path in pair:
+        path.chmod(0o644)
+        path.unlink()
+    kept = raw_files(study_copy)
+    deleted_at_ns = time.time_ns()
+
+    # The dry run lists that one measurement and everything downstream of it.
+    dry = snakemake(study_copy, "--dry-run", "--configfile", configfile)
+    jobs = scheduled_jobs(dry.stdout + dry.stderr)
+    rulegraph = snakemake(study_copy, "--rulegraph", "--configfile", configfile).stdout
+    assert [(r, wc) for r, wc in jobs if r in PROFILING_RULES] == [
+        ("profile_op", {"gpu": "local", "setting": "default", "mode": "inference", "op_id": op_id})
+    ]
+    assert {rule for rule, _ in jobs} == {"profile_op"} | downstream_rules(rulegraph, "profile_op")
+    assert {"evaluate", "train", "validate_dataset"} <= {rule for rule, _ in jobs}
+
+    # A job that would read the dataset made before the deletion refuses it.
+    for target, rule in (
+        ("results/predictors/local/metrics.json", "train"),
+        ("results/validation/dataset_validation.parquet", "validate_dataset"),
+    ):
+        forced = snakemake_unchecked(
+            REPO,
+            study_copy,
+            target,
+            "--cores",
+            "2",
+            "--configfile",
+            configfile,
+            "--forcerun",
+            rule,
+            extra_paths=(study_copy.parent,),
+        )
+        assert forced.returncode != 0
+        assert f"{prefix}.json, which no longer exists" in forced.stdout + forced.stderr
+
+    ran = snakemake(study_copy, "--cores", "2", "--configfile", configfile)
+    ran_jobs = scheduled_jobs(ran.stdout + ran.stderr)
+    assert [r for r, _ in ran_jobs if r in PROFILING_RULES] == ["profile_op"]
+    after = raw_files(study_copy)
+    assert {k: after[k] for k in kept} == kept  # no other raw log was touched
+    for path in pair:
+        assert path.exists()
+        assert not path.stat().st_mode & 0o222, f"{path} is writable"
+    dataset_path = study_copy / "results/dataset/local.parquet"
+    assert dataset_path.stat().st_mtime_ns > deleted_at_ns
+    dataset = pd.read_parquet(dataset_path)
+    assert all((study_copy / p).exists() for p in dataset["json_path"])
+    assert f"{prefix}.json" in set(dataset["json_path"])
+    for output in (
+        "results/predictors/local/metrics.json",
+        "results/validation/dataset_validation.parquet",
+    ):
+        assert (study_copy / output).stat().st_mtime_ns > deleted_at_ns

@@ -9,8 +9,9 @@ A job (thesis 3.2-3.3):
 3. measures with the harness (:mod:`opcost.harness`), reading NVML's energy counter at the
    start and end of the timed region (:mod:`opcost.nvml`);
 4. stops the log and writes the CSV (untouched nvidia-smi output) and the benchmark JSON
-   (``docs/formats.md``), each under a temporary name renamed into place, the JSON last,
-   so an interrupted job leaves nothing that looks complete.
+   (``docs/formats.md``) under temporary names, then makes both read-only and renames
+   them into place, the JSON last, so an interrupted job leaves nothing that looks
+   complete, and a complete pair is always protected.
 
 An operation that runs out of memory or cannot be built or run here is recorded with
 ``status: failed`` and its reason; the job still succeeds. Any other error fails the job.
@@ -25,7 +26,9 @@ import gc
 import json
 import os
 import platform
+import signal
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -71,10 +74,15 @@ def options_for(
     )
 
 
+def _staged(path: Path) -> Path:
+    """The temporary name a file is written under, beside its final name."""
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
 def write_atomic(path: Path, text: str) -> None:
     """Write under a temporary name in the same directory, then rename into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = _staged(path)
     with open(tmp, "w") as f:
         f.write(text)
         f.flush()
@@ -115,13 +123,17 @@ def power_log(
     profile_config: dict[str, Any],
     record: dict,
     job_log_path: Path | None = None,
+    *,
+    publish: bool = True,
 ) -> Iterator[Any]:
     """Setting applied, nvidia-smi logging to a temporary file, the energy counter open.
 
     With ``job_log_path``, a second nvidia-smi log covers the whole job, the setting's
     change and restoration included (thesis 3.3: for investigating anomalies later).
+    At the end the log is renamed to ``csv_path``; with ``publish=False`` it stays under
+    its temporary name (``_staged(csv_path)``) for the caller to publish.
     """
-    tmp_csv = csv_path.with_name(f".{csv_path.name}.tmp-{os.getpid()}")
+    tmp_csv = _staged(csv_path)
     try:
         if device == "cuda":
             with _gpu_power_log(tmp_csv, setting, profile_config, record, job_log_path) as read_mj:
@@ -135,7 +147,8 @@ def power_log(
         # A job cut off leaves no log under its final name.
         tmp_csv.unlink(missing_ok=True)
         raise
-    os.replace(tmp_csv, csv_path)
+    if publish:
+        os.replace(tmp_csv, csv_path)
 
 
 @contextlib.contextmanager
@@ -227,20 +240,77 @@ def profile_job(
         if opts.device == "cuda":
             torch.cuda.reset_peak_memory_stats()
         harness.configure_numerics(opts)
+        # Both files wait under temporary names until the record is complete; then they
+        # are made read-only and renamed into place together (publish_read_only).
+        staged_csv, staged_json = _staged(csv_path), _staged(json_path)
         try:
-            with (
-                _collecting_own_garbage(),
-                power_log(
-                    csv_path, opts.device, setting, profile_config, record, job_log
-                ) as read_mj,
-            ):
-                _measure_into(record, kind, spec, model_input, opts, read_mj)
-        finally:
-            if opts.device == "cuda":
-                torch.cuda.empty_cache()
-        record["finished_unix_s"] = time.time()
-        write_atomic(json_path, json.dumps(record, indent=1, sort_keys=True) + "\n")
+            try:
+                with (
+                    _collecting_own_garbage(),
+                    power_log(
+                        csv_path,
+                        opts.device,
+                        setting,
+                        profile_config,
+                        record,
+                        job_log,
+                        publish=False,
+                    ) as read_mj,
+                ):
+                    _measure_into(record, kind, spec, model_input, opts, read_mj)
+            finally:
+                if opts.device == "cuda":
+                    torch.cuda.empty_cache()
+            record["finished_unix_s"] = time.time()
+            _write_synced(staged_json, json.dumps(record, indent=1, sort_keys=True) + "\n")
+            publish_read_only([(staged_csv, csv_path), (staged_json, json_path)])
+        except BaseException:
+            staged_csv.unlink(missing_ok=True)
+            staged_json.unlink(missing_ok=True)
+            raise
     return record
+
+
+def _write_synced(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM that arrive in the block take effect when it ends (main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous = {
+        sig: signal.signal(sig, lambda signum, frame: held.append(signum))
+        for sig in (signal.SIGINT, signal.SIGTERM)
+    }
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        for sig in dict.fromkeys(held):
+            signal.raise_signal(sig)
+
+
+def publish_read_only(moves: list[tuple[Path, Path]]) -> None:
+    """Make each staged file read-only (0444) and rename it to its final name, in order.
+
+    The raw logs are the study's ground truth: the job itself leaves them protected, so
+    they are protected also when Snakemake cannot protect them (interrupted before it
+    records the job as finished). A SIGINT or SIGTERM meanwhile waits until every file is
+    in place, so an interrupted job leaves all of its files or none.
+    """
+    with _signals_held():
+        for staged, final in moves:
+            os.chmod(staged, 0o444)
+            os.replace(staged, final)
 
 
 @contextlib.contextmanager

@@ -19,7 +19,9 @@ Protocol: length-prefixed pickles over the worker's stdin and a copy of its stdo
 file descriptor 1 then points at stderr, so that anything the measured code prints
 cannot corrupt an answer). A request is ``(function, kwargs)``, ``function`` named
 ``"opcost.module:name"``; an answer is ``("ok", result)`` or ``("error", exception)``.
-The worker exits when its stdin closes or its parent dies.
+The worker exits when its stdin closes or its parent dies. It ignores SIGINT: when
+Snakemake is interrupted, its handler (:func:`stop_on_interrupt`) stops the measurement
+with SIGTERM, also when the SIGINT went to Snakemake alone.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import contextlib
 import importlib
 import os
 import pickle
+import signal
 import struct
 import subprocess
 import sys
@@ -82,6 +85,7 @@ class Worker:
     def __init__(self) -> None:
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
+        self._interrupted = False
 
     @property
     def pid(self) -> int | None:
@@ -102,6 +106,11 @@ class Worker:
                 status, value = _read_frame(proc.stdout)
             except (EOFError, BrokenPipeError, OSError) as e:
                 code = self._reap()
+                if self._interrupted:
+                    raise WorkerError(
+                        f"measurement stopped (pid {proc.pid}, {function}): Snakemake was "
+                        "interrupted; no raw log was written, rerun the same command"
+                    ) from e
                 raise WorkerError(
                     f"the measurement worker (pid {proc.pid}) exited with code {code} while "
                     f"running {function}; its own messages went to this Snakemake process's "
@@ -142,6 +151,18 @@ class Worker:
             proc.kill()
             return proc.wait()
 
+    def interrupt(self) -> None:
+        """Stop the running measurement: SIGTERM unwinds it in the worker (no raw log left).
+
+        Called from a signal handler, so it takes no lock: the job's thread holds it while
+        it waits for the answer, which then fails with a :class:`WorkerError`.
+        """
+        self._interrupted = True
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(OSError):
+                proc.send_signal(signal.SIGTERM)
+
     def close(self) -> None:
         """Stop the worker: close its stdin, so it exits after the request it runs."""
         with self._lock:
@@ -157,6 +178,39 @@ def call(function: str, **kwargs: Any) -> Any:
     return _SHARED.call(function, **kwargs)
 
 
+_PREVIOUS_SIGINT: Any = None
+
+
+def _on_sigint(signum: int, frame: Any) -> None:
+    _SHARED.interrupt()
+    if callable(_PREVIOUS_SIGINT):
+        _PREVIOUS_SIGINT(signum, frame)
+    else:
+        raise KeyboardInterrupt
+
+
+def stop_on_interrupt() -> bool:
+    """Make SIGINT to this process also stop the measurement running in its worker.
+
+    The worker ignores SIGINT (a Ctrl-C reaches it too): otherwise a SIGINT to Snakemake
+    alone leaves the worker measuring, and a job Snakemake gave up on writes its raw logs
+    afterwards. The handler then does what SIGINT did before (Snakemake: KeyboardInterrupt,
+    it stops scheduling). Installed from the main thread only, and not where SIGINT is
+    ignored (a background process); returns whether it is installed.
+    """
+    global _PREVIOUS_SIGINT
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    current = signal.getsignal(signal.SIGINT)
+    if current is _on_sigint:
+        return True
+    if current is signal.SIG_IGN:
+        return False
+    _PREVIOUS_SIGINT = current
+    signal.signal(signal.SIGINT, _on_sigint)
+    return True
+
+
 def pid() -> int | None:
     """The process id of this process's shared worker, None if none runs."""
     return _SHARED.pid
@@ -169,8 +223,6 @@ def ping() -> int:
 
 def _watch_parent(parent: int) -> None:
     """End the worker if its parent dies (SIGKILL, a crash): SIGTERM unwinds a job."""
-    import signal
-
     while True:
         time.sleep(PARENT_CHECK_S)
         if os.getppid() != parent:
@@ -196,6 +248,9 @@ def _answer(function: str, kwargs: dict[str, Any]) -> tuple[str, Any]:
 def main() -> None:
     """The worker's loop: read a request, run it, answer; until stdin closes."""
     requests = sys.stdin.buffer
+    # The parent stops a measurement with SIGTERM (stop_on_interrupt): a Ctrl-C, which
+    # reaches the whole process group, must not kill the worker between its own files.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()

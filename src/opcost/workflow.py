@@ -69,6 +69,31 @@ def raw_prefixes(study: Study, gpu: str, op_ids: list[str]) -> list[str]:
     return out
 
 
+class MissingRawLogError(FileNotFoundError):
+    """A dataset holds a row whose raw log is gone: it is older than its ground truth."""
+
+
+def require_raw_logs(dataset_path: str | Path) -> None:
+    """Refuse a dataset with a row whose raw log (JSON or CSV) no longer exists.
+
+    Deleting a raw pair is how a measurement is taken again; the default target then
+    measures it and rebuilds the dataset. A job that reads a dataset made before the
+    deletion (a downstream file named as the target) must not use the row silently.
+
+    Raises:
+        MissingRawLogError: names the dataset, the missing file and what to run.
+    """
+    json_paths = pd.read_parquet(dataset_path, columns=["json_path"])["json_path"]
+    for json_path in map(Path, json_paths):
+        for path in (json_path, json_path.with_suffix(".csv")):
+            if not path.exists():
+                raise MissingRawLogError(
+                    f"{dataset_path} has a row from {path}, which no longer exists (deleted "
+                    "to measure it again?): run `snakemake` without a target, which "
+                    "measures it and rebuilds the dataset"
+                )
+
+
 def gpu_params(study: Study, gpu: str) -> dict[str, Any]:
     """The GPU configuration's fields that change a measurement (rerun when they change)."""
     g = study.gpus[gpu]

@@ -8,12 +8,17 @@ from opcost.names import (
 )
 from opcost import workflow as wf
 from opcost import slurm as slurm_preflight
+from opcost import worker
 from opcost.spec import SPEC_VERSION
 
 # Schema checks ran in the Snakefile; this adds the checks of meaning (model names,
 # shapes, settings, safe names) so a bad config fails before any job starts.
 STUDY = load_study(config)
 MODEL_INPUTS = {mi.name: mi for mi in STUDY.model_inputs}
+
+# A SIGINT to Snakemake (Ctrl-C, or `kill -INT` to it alone) also stops the measurement
+# running in its worker, so an interrupted profiling job leaves no raw log behind.
+worker.stop_on_interrupt()
 
 
 wildcard_constraints:
@@ -56,6 +61,20 @@ def get_raw_jsons(wildcards):
 
 def get_raw_csvs(wildcards):
     return [f"{p}.csv" for p in get_raw_prefixes(wildcards)]
+
+
+def get_all_raw_logs(wildcards):
+    # Part of the default target: a raw log deleted to remeasure it is a missing target,
+    # so the next `snakemake` measures it again and rebuilds what depends on it. (As an
+    # input of `evaluate` only, Snakemake would treat it as an intermediate file and
+    # keep the dataset made from it.)
+    op_ids = list(wf.unique_ops(get_unique_ops_path()).index)
+    return [
+        f"{prefix}.{ext}"
+        for gpu in STUDY.gpus
+        for prefix in wf.raw_prefixes(STUDY, gpu, op_ids)
+        for ext in ("json", "csv")
+    ]
 
 
 def get_slurm_gpu_model(wildcards):

@@ -3,8 +3,10 @@
 from pathlib import Path
 
 from opcost.train import TrainConfig, TrainOutputs, train_gpu
+from opcost.workflow import require_raw_logs
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
+require_raw_logs(sm.input.dataset)
 directory = Path(sm.output.features).parent
 outputs = TrainOutputs(
     directory=directory,

@@ -4,8 +4,11 @@ import pandas as pd
 
 from opcost.tables import read_parquet, write_parquet_atomic
 from opcost.validate import dataset_validation, read_network_ops, validation_summary
+from opcost.workflow import require_raw_logs
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
+for path in sm.input.datasets:
+    require_raw_logs(path)
 dataset = pd.concat([read_parquet(p) for p in sm.input.datasets], ignore_index=True)
 table = dataset_validation(dataset, read_network_ops(sm.input.ops))
 write_parquet_atomic(table, sm.output.table)
