@@ -549,3 +549,20 @@ def test_snakemake_prints_a_short_config_error(repo, tmp_path, config_text, mess
     assert message in output
     assert len(output.splitlines()) <= 10, output[:3000]
     assert not (tmp_path / "wd" / "results").exists()
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        pytest.param("sm 1410", id="space"),
+        pytest.param("sm1_410", id="underscore"),
+        pytest.param("sm+1410", id="plus"),
+        pytest.param("pl0300", id="leading-zero"),
+    ],
+)
+def test_setting_int_would_read_but_no_safe_name_is_refused(default_config, setting):
+    """int() reads each of these as a plausible value; the setting's pattern refuses them
+    (a setting is a path component), before the bounds are looked at."""
+    default_config["gpus"] = {"h100": {"device": "cuda", "settings": [setting]}}
+    with pytest.raises(ConfigError, match=r"^gpus\.h100\.settings\.0: GPU setting .* is malformed"):
+        load_study(default_config)
