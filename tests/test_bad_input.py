@@ -2,7 +2,7 @@
 
 Issue #8, category 1. Per case, the guard (file:function) that catches it; the schema is
 ``workflow/schemas/config.schema.yaml``, applied by ``src/opcost/config.py:validate_config``
-(and by the Snakefile's ``validate``) before the checks of meaning in
+(which the Snakefile calls) before the checks of meaning in
 ``src/opcost/config.py:load_study``, which ``workflow/rules/common.smk`` runs when the
 workflow loads.
 
@@ -28,7 +28,7 @@ Study config (``ConfigError`` naming the field; ``test_bad_config_names_the_fiel
   config.py:load_study (``test_unsafe_gpu_configuration_names_are_refused``,
   ``test_unsafe_slurm_names_are_refused``)
 - through Snakemake: the run stops before any job and creates no ``results/``
-  (``test_snakemake_refuses_a_bad_config_before_any_job``): Snakefile ``validate`` and
+  (``test_snakemake_refuses_a_bad_config_before_any_job``): Snakefile ``validate_config`` and
   workflow/rules/common.smk (``load_study``)
 
 Command line (exit code 2, one line on stderr naming the argument or file):
