@@ -1,4 +1,6 @@
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
+
+from opcost.config import validate_config
 
 min_version("9.0")
 
@@ -6,7 +8,10 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
-validate(config, "workflow/schemas/config.schema.yaml")
+# The schema (workflow/schemas/config.schema.yaml) with its defaults filled in, and short
+# errors naming the field; not snakemake.utils.validate, whose message quotes the whole
+# schema and config.
+validate_config(config)
 
 
 report: "workflow/report/workflow.rst"

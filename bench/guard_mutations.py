@@ -60,6 +60,7 @@ BAD_INPUT = "tests/test_bad_input.py::"
 FAULTS = "tests/test_faults.py::"
 SECURITY = "tests/test_security.py::"
 SCHEMA = "workflow/schemas/config.schema.yaml"
+FACTORY = BAD_INPUT + "test_model_that_is_no_network_factory_is_refused_at_config_load"
 
 GUARDS: tuple[Guard, ...] = (
     # --- bad input --------------------------------------------------------------------------
@@ -132,7 +133,8 @@ GUARDS: tuple[Guard, ...] = (
         "src/opcost/names.py",
         "    if not isinstance(text, str) or not _SETTING_RE.fullmatch(text):",
         "    if not isinstance(text, str):",
-        BAD_INPUT + "test_bad_config_names_the_field[setting-sm-5]",
+        # Not sm-5: the bounds (guard setting-bounds) refuse it too.
+        BAD_INPUT + "test_setting_int_would_read_but_no_safe_name_is_refused[underscore]",
         "parse_setting: no pattern match",
     ),
     Guard(
@@ -764,6 +766,143 @@ GUARDS: tuple[Guard, ...] = (
         FAULTS + "test_sigkill_during_train_then_the_lock_first_and_the_same_command_completes",
         "profiles/default: an interrupted job's outputs need --rerun-incomplete, asked before "
         "the lock",
+    ),
+    # --- issue 19: config, GPU settings, network factories, extract, CLI ---
+    Guard(
+        "setting-bounds",
+        "bad input",
+        "src/opcost/names.py",
+        "    if not low <= value <= high:",
+        "    if False:",
+        BAD_INPUT + "test_implausible_gpu_setting_is_refused[sm99999]",
+        "parse_setting: any clock or power limit of 2 to 5 digits",
+    ),
+    Guard(
+        "config-setting-on-cpu",
+        "bad input",
+        "src/opcost/config.py",
+        """            if settings[-1].kind != "default" and g["device"] == "cpu":""",
+        "            if False:",
+        BAD_INPUT + "test_gpu_setting_on_the_cpu_is_refused",
+        "load_study: a GPU setting accepted on device cpu",
+    ),
+    Guard(
+        "profile-setting-off-gpu",
+        "bad input",
+        "src/opcost/profile.py",
+        """    if device != "cuda" and setting.kind != "default":""",
+        "    if False:",
+        BAD_INPUT + "test_profiling_job_fails_when_its_setting_cannot_be_applied[auto]",
+        "power_log: a setting off a GPU is measured and recorded as applied",
+    ),
+    Guard(
+        "config-factory-check",
+        "security",
+        "src/opcost/config.py",
+        "            if check_models:\n                _check_factory(model, where)\n",
+        "",
+        FACTORY + "[os-system]",
+        "load_study: an import path is not checked to be a network factory",
+    ),
+    Guard(
+        "factory-stdlib",
+        "security",
+        "src/opcost/extract.py",
+        """    if module_name.split(".")[0] in sys.stdlib_module_names:""",
+        "    if False:",
+        FACTORY + "[os-getcwd]",
+        "resolve_factory: a standard-library callable is called as a factory",
+    ),
+    Guard(
+        "factory-callable",
+        "bad input",
+        "src/opcost/extract.py",
+        "    if not callable(obj):",
+        "    if False:",
+        FACTORY + "[issue19-factories-CONSTANT]",
+        "resolve_factory: a module attribute that is not callable passes",
+    ),
+    Guard(
+        "factory-no-arguments",
+        "bad input",
+        "src/opcost/extract.py",
+        "        signature.bind()\n",
+        "",
+        FACTORY + "[issue19-factories-needs-args]",
+        "resolve_factory: a callable that needs arguments passes",
+    ),
+    Guard(
+        "factory-declared-return",
+        "security",
+        "src/opcost/extract.py",
+        "    if _declared_module(obj) is False:",
+        "    if False:",
+        FACTORY + "[issue19-factories-declared-int]",
+        "resolve_factory: a factory declared to return no network is called",
+    ),
+    Guard(
+        "extract-meta-first",
+        "bad input",
+        "src/opcost/extract.py",
+        "        if not _meta_unsupported(meta_error):",
+        "        if False:",
+        "tests/test_extract.py::test_wrong_channel_count_fails_on_meta_without_building_the_input",
+        "extract_model_input: a wrong shape is retried on the CPU with the real input",
+    ),
+    Guard(
+        "config-size-limit",
+        "bad input",
+        "src/opcost/config.py",
+        "        if count > MAX_CONFIG_VALUES:",
+        "        if False:",
+        "tests/test_config.py::test_yaml_alias_bomb_fails_fast_with_a_short_message",
+        "validate_config: a YAML alias bomb is validated in full",
+    ),
+    Guard(
+        "config-unknown-key-allowed",
+        "bad input",
+        "src/opcost/config.py",
+        '    if kind == "additionalProperties" and expected is False and isinstance(value, dict):',
+        "    if False:",
+        "tests/test_config.py::test_misspelt_top_level_key_lists_the_allowed_keys",
+        "validate_config: an unknown key's error does not list the allowed keys",
+    ),
+    Guard(
+        "config-error-cap",
+        "bad input",
+        "src/opcost/config.py",
+        "        shown = lines[:MAX_ERRORS]",
+        "        shown = lines[:]",
+        "tests/test_config.py::test_many_errors_are_cut_short",
+        "validate_config: every error listed",
+    ),
+    Guard(
+        "config-quote-short",
+        "bad input",
+        "src/opcost/config.py",
+        '''    return text if len(text) <= MAX_QUOTED else text[: MAX_QUOTED - 3] + "..."''',
+        "    return text",
+        "tests/test_config.py::test_a_long_value_is_quoted_short",
+        "validate_config: a wrong value is quoted in full",
+    ),
+    Guard(
+        "snakefile-own-validation",
+        "bad input",
+        "Snakefile",
+        "from opcost.config import validate_config\n",
+        "from functools import partial\n\nfrom snakemake.utils import validate\n\n"
+        f'validate_config = partial(validate, schema="{SCHEMA}")\n',
+        BAD_INPUT + "test_snakemake_prints_a_short_config_error[misspelt-top-level-key]",
+        "Snakefile: snakemake.utils.validate, which prints the whole schema",
+    ),
+    Guard(
+        "cli-broken-pipe",
+        "faults",
+        "src/opcost/cli.py",
+        "    except BrokenPipeError:\n        return _stdout_closed()\n",
+        "",
+        "tests/test_cli.py::test_extract_into_a_closed_pipe_exits_quietly",
+        "main: a closed stdout ends with an error message and exit code 2",
     ),
 )
 

@@ -2,7 +2,7 @@
 
 Issue #8, category 1. Per case, the guard (file:function) that catches it; the schema is
 ``workflow/schemas/config.schema.yaml``, applied by ``src/opcost/config.py:validate_config``
-(and by the Snakefile's ``validate``) before the checks of meaning in
+(which the Snakefile calls) before the checks of meaning in
 ``src/opcost/config.py:load_study``, which ``workflow/rules/common.smk`` runs when the
 workflow loads.
 
@@ -28,7 +28,7 @@ Study config (``ConfigError`` naming the field; ``test_bad_config_names_the_fiel
   config.py:load_study (``test_unsafe_gpu_configuration_names_are_refused``,
   ``test_unsafe_slurm_names_are_refused``)
 - through Snakemake: the run stops before any job and creates no ``results/``
-  (``test_snakemake_refuses_a_bad_config_before_any_job``): Snakefile ``validate`` and
+  (``test_snakemake_refuses_a_bad_config_before_any_job``): Snakefile ``validate_config`` and
   workflow/rules/common.smk (``load_study``)
 
 Command line (exit code 2, one line on stderr naming the argument or file):
@@ -348,3 +348,231 @@ def test_train_errors_are_one_line(capsys, tmp_path):
     missing = tmp_path / "none.parquet"
     code, _, err = run_cli(capsys, "train", "--dataset", str(missing), "--gpu", "x")
     assert_clean_error(code, err, str(missing), "no such file")
+
+
+# --- issue 19: GPU settings, network factories, short config errors -----------------------
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        pytest.param("sm99999", "SM clock 99999 MHz is outside 100..4000 MHz", id="sm99999"),
+        pytest.param("sm99", "SM clock 99 MHz is outside 100..4000 MHz", id="sm99"),
+        pytest.param("pl19", "power limit 19 W is outside 20..2000 W", id="pl19"),
+        pytest.param("pl5000", "power limit 5000 W is outside 20..2000 W", id="pl5000"),
+    ],
+)
+def test_implausible_gpu_setting_is_refused(default_config, setting, message):
+    default_config["gpus"] = {"h100": {"device": "cuda", "settings": ["default", setting]}}
+    with pytest.raises(ConfigError) as info:
+        load_study(default_config)
+    assert str(info.value).startswith("gpus.h100.settings.1: ")
+    assert message in str(info.value)
+
+
+def test_gpu_settings_at_the_bounds_are_accepted(default_config):
+    default_config["gpus"] = {
+        "h100": {"device": "auto", "settings": ["sm100", "sm4000", "pl20", "pl2000"]}
+    }
+    study = load_study(default_config)
+    assert [s.value for s in study.gpus["h100"].settings] == [100, 4000, 20, 2000]
+
+
+def test_gpu_setting_on_the_cpu_is_refused(default_config):
+    default_config["gpus"] = {"local": {"device": "cpu", "settings": ["default", "sm1410", "pl50"]}}
+    with pytest.raises(ConfigError) as info:
+        load_study(default_config)
+    assert str(info.value) == (
+        "gpus.local.settings.1: setting 'sm1410' needs a CUDA device; gpus.local.device is 'cpu'"
+    )
+
+
+@pytest.mark.parametrize("device", ["auto", "cpu"])
+def test_profiling_job_fails_when_its_setting_cannot_be_applied(tmp_path, monkeypatch, device):
+    """`device: auto` on a node without a GPU passes the config check (it runs where the
+    GPU may be); the job must then fail, not record the CPU under the setting's name."""
+    import torch
+
+    from opcost.config import GpuConfig
+    from opcost.names import ModelInput, parse_setting
+    from opcost.profile import ProfileError, profile_job
+
+    if torch.cuda.is_available():
+        pytest.skip("torch sees a GPU here: device auto would apply the setting")
+    monkeypatch.setenv("OPCOST_LOCK_DIR", str(tmp_path / "locks"))
+    gpu = GpuConfig("local", device, True, "float32", (), None, None)
+    job = dict(
+        kind="network",
+        gpu=gpu,
+        mode="inference",
+        profile_config={"min_run_time_s": 0.01, "warmup_s": 0.0},
+        model_input=ModelInput("toymodels.nets:tiny_mlp", (8, 16)),
+    )
+    out = tmp_path / "raw"
+    with pytest.raises(ProfileError, match="'sm1410' cannot be applied: the job runs on the cpu"):
+        profile_job(
+            **job, setting=parse_setting("sm1410"), csv_path=out / "a.csv", json_path=out / "a.json"
+        )
+    assert not out.exists() or list(out.iterdir()) == []
+    # The card as it is is measured as before.
+    record = profile_job(
+        **job, setting=parse_setting("default"), csv_path=out / "b.csv", json_path=out / "b.json"
+    )
+    assert (record["status"], record["setting"], record["device"]) == ("ok", "default", "cpu")
+
+
+_FACTORIES = """
+import pathlib
+
+import torch
+
+CALLED = pathlib.Path(__file__).with_name("called")
+CONSTANT = 3
+
+
+def declared_int() -> int:
+    CALLED.write_text("declared_int")
+    return 3
+
+
+def declared_net() -> torch.nn.Module:
+    CALLED.write_text("declared_net")
+    return torch.nn.Linear(2, 2)
+
+
+def undeclared_list():
+    return [torch.nn.Linear(2, 2)]
+
+
+def undeclared_net():
+    return torch.nn.Linear(2, 2)
+
+
+def needs_args(width):
+    return torch.nn.Linear(width, 2)
+"""
+
+
+def _refused(model: str, message: str, case_id: str | None = None):
+    module, name = model.split(":")
+    default_id = f"{module.rsplit('.', 1)[-1]}-{name}".replace("_", "-")
+    return pytest.param(model, message, id=case_id or default_id)
+
+
+@pytest.fixture
+def factories(tmp_path, monkeypatch):
+    """A module of would-be factories, importable as ``issue19_factories``; its
+    ``CALLED`` file appears when a factory that records its calls is called."""
+    (tmp_path / "issue19_factories.py").write_text(_FACTORIES)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path / "called"
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        _refused("os:system", "'os:system' is from the Python standard library"),
+        _refused("builtins:eval", "'builtins:eval' is from the Python standard library"),
+        _refused("subprocess:run", "is from the Python standard library"),
+        # Callable without arguments, returns a str: refused without being called.
+        _refused("os:getcwd", "'os:getcwd' is from the Python standard library"),
+        _refused("toymodels.nets:torch", "is not callable (a module)"),
+        _refused("issue19_factories:CONSTANT", "is not callable (a int)"),
+        _refused("issue19_factories:needs_args", "cannot be called without arguments"),
+        _refused("issue19_factories:declared_int", "is declared to return int, not a torch.nn"),
+        _refused("issue19_factories:undeclared_list", "returned list, not a torch.nn.Module"),
+        _refused("toymodels.nets:no_such_factory", "does not resolve"),
+    ],
+)
+def test_model_that_is_no_network_factory_is_refused_at_config_load(factories, model, message):
+    with pytest.raises(ConfigError) as info:
+        load_study({"models": [{"model": model, "inputs": [[2, 2]]}]})
+    text = str(info.value)
+    assert text.startswith("models.0.model: "), text
+    assert message in text
+    assert len(text.splitlines()) == 1
+    assert not factories.exists(), "a factory declared to return no network was called"
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        "issue19_factories:declared_net",
+        "issue19_factories:undeclared_net",
+        "toymodels.nets:TinyMLP",
+        "toymodels.nets:tiny_mlp",
+    ],
+)
+def test_network_factories_are_accepted(factories, model):
+    study = load_study({"models": [{"model": model, "inputs": [[2, 2]]}]})
+    assert study.model_inputs[0].model == model
+    # One declared to return a network is not called at config load.
+    assert not factories.exists()
+
+
+@pytest.mark.parametrize("model", ["os:system", "builtins:eval"])
+def test_extract_refuses_a_standard_library_factory_in_one_line(capsys, model):
+    code, out, err = run_cli(capsys, "extract", "--model", model, "--input", "2")
+    assert_clean_error(code, err, f"{model!r} is from the Python standard library")
+    assert out == ""
+
+
+@pytest.mark.parametrize(
+    ("config_text", "message"),
+    [
+        pytest.param(
+            "modles: []\n",
+            "  modles: unknown key; allowed here: models, modes, gpus, extract, profile, "
+            "evaluate, train, sweep, figures\n",
+            id="misspelt-top-level-key",
+        ),
+        pytest.param(
+            "a0: &a0 [x, x, x, x, x, x, x, x, x]\n"
+            + "".join(f"a{d}: &a{d} [{', '.join([f'*a{d - 1}'] * 9)}]\n" for d in range(1, 6))
+            + "models: *a5\n",
+            "the config holds more than 100,000 values",
+            id="alias-bomb",
+        ),
+        pytest.param(
+            "models:\n  - {model: 'os:system', inputs: [[2, 2]]}\n",
+            "models.0.model: 'os:system' is from the Python standard library",
+            id="os-system",
+        ),
+        pytest.param(
+            "gpus:\n  local: {device: cpu, settings: [sm1410, pl50]}\n",
+            "gpus.local.settings.0: setting 'sm1410' needs a CUDA device; "
+            "gpus.local.device is 'cpu'",
+            id="setting-on-cpu",
+        ),
+        pytest.param(
+            "gpus:\n  local: {device: cuda, settings: [sm99999]}\n",
+            "gpus.local.settings.0: GPU setting 'sm99999': SM clock 99999 MHz is outside",
+            id="sm99999",
+        ),
+    ],
+)
+def test_snakemake_prints_a_short_config_error(repo, tmp_path, config_text, message):
+    """What a user sees from `snakemake`: a few lines naming the field, no job, no schema."""
+    proc = _snakemake_dry_run(repo, tmp_path / "wd", config_text)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert message in output
+    assert len(output.splitlines()) <= 10, output[:3000]
+    assert not (tmp_path / "wd" / "results").exists()
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        pytest.param("sm 1410", id="space"),
+        pytest.param("sm1_410", id="underscore"),
+        pytest.param("sm+1410", id="plus"),
+        pytest.param("pl0300", id="leading-zero"),
+    ],
+)
+def test_setting_int_would_read_but_no_safe_name_is_refused(default_config, setting):
+    """int() reads each of these as a plausible value; the setting's pattern refuses them
+    (a setting is a path component), before the bounds are looked at."""
+    default_config["gpus"] = {"h100": {"device": "cuda", "settings": [setting]}}
+    with pytest.raises(ConfigError, match=r"^gpus\.h100\.settings\.0: GPU setting .* is malformed"):
+        load_study(default_config)

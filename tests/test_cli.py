@@ -171,3 +171,23 @@ def test_train_then_predict(capsys, tmp_path):
     code, stdout, _ = run(capsys, "predict", *TINY, "--predictors", str(out.parent))
     assert code == 0
     assert "fastest h100/default" in stdout
+
+
+# --- issue 19: a reader that goes away ------------------------------------------------------
+
+
+def test_extract_into_a_closed_pipe_exits_quietly():
+    """`opcost extract ... | head -1`: once the reader has gone, no "Broken pipe" message
+    and exit code 141 (128 + SIGPIPE), what a shell reports for `seq 100000 | head -1`."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS.parent / "src"), str(TESTS)])}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "opcost.cli", "extract", *TINY],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    proc.stdout.close()  # the reader is gone before the first line is written
+    with proc.stderr:
+        err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141
+    assert err == ""

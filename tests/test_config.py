@@ -4,7 +4,20 @@ What a bad config does (fails before any job, naming the field) is tested in
 tests/test_bad_input.py.
 """
 
-from opcost.config import load_study, load_study_file
+import copy
+import time
+from pathlib import Path
+
+import pytest
+
+from opcost.config import (
+    MAX_ERRORS,
+    SCHEMA_PATH,
+    ConfigError,
+    load_study,
+    load_study_file,
+    validate_config,
+)
 
 
 def test_default_config_loads_with_defaults_filled_in(repo):
@@ -51,3 +64,91 @@ def test_every_shipped_study_config_loads(repo):
             else:
                 assert {mi.shape for mi in study.model_inputs} == {(64, 3, 224, 224)}
             assert study.config["profile"]["min_run_time_s"] >= 1.0
+
+
+# --- issue 19: the config's own validation (opcost.config.validate_config) ---------------
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {},
+        {"gpus": {"a": {"device": "cpu"}, "b": {"settings": ["sm1410"], "tf32": False}}},
+        {"models": [{"model": "resnet18", "inputs": [[2, 3, 8, 8]]}], "profile": {"warmup_s": 1}},
+        {"sweep": {"gpu": "a"}, "train": {"seed": 3}, "extract": {}},
+    ],
+)
+def test_defaults_are_filled_in_as_snakemake_validate_does(config):
+    """The Snakefile calls validate_config instead of snakemake.utils.validate(set_default=
+    True): the same defaults, nested ones included (in each GPU configuration under
+    `gpus`' additionalProperties, in the default `models` list, in sections given empty)."""
+    import snakemake.utils
+
+    ours = validate_config(copy.deepcopy(config))
+    theirs = copy.deepcopy(config)
+    snakemake.utils.validate(theirs, str(SCHEMA_PATH))
+    assert ours == theirs
+    if "gpus" in config and "a" in config["gpus"]:
+        assert ours["gpus"]["a"] == {
+            "device": "cpu",
+            "tf32": True,
+            "dtype": "float32",
+            "settings": ["default"],
+            "slurm_gpu_model": None,
+            "slurm_constraint": None,
+        }
+
+
+def _alias_bomb(path: Path, width: int = 9, depth: int = 6) -> Path:
+    """A YAML file of `width` aliases nested `depth` deep: width**depth values (531,441)."""
+    lines = [f"a0: &a0 [{', '.join(['x'] * width)}]"]
+    for d in range(1, depth):
+        lines.append(f"a{d}: &a{d} [{', '.join([f'*a{d - 1}'] * width)}]")
+    lines.append(f"models: *a{depth - 1}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_yaml_alias_bomb_fails_fast_with_a_short_message(tmp_path):
+    bomb = _alias_bomb(tmp_path / "bomb.yaml")
+    started = time.perf_counter()
+    with pytest.raises(ConfigError) as info:
+        load_study_file(bomb)
+    assert time.perf_counter() - started < 2.0
+    message = str(info.value)
+    assert len(message) < 300, message[:1000]
+    assert "100,000 values" in message
+
+
+def test_misspelt_top_level_key_lists_the_allowed_keys():
+    with pytest.raises(ConfigError) as info:
+        load_study({"modles": []})
+    lines = str(info.value).splitlines()
+    assert lines == [
+        "invalid config:",
+        "  modles: unknown key; allowed here: models, modes, gpus, extract, profile, evaluate, "
+        "train, sweep, figures",
+    ]
+
+
+def test_many_errors_are_cut_short():
+    config = {f"key{i}": i for i in range(50)}
+    with pytest.raises(ConfigError) as info:
+        load_study(config)
+    lines = str(info.value).splitlines()
+    assert lines[0] == "invalid config:"
+    assert len(lines) == 1 + MAX_ERRORS + 1
+    assert lines[-1] == f"  ... and {50 - MAX_ERRORS} more"
+
+
+def test_a_long_value_is_quoted_short():
+    with pytest.raises(ConfigError) as info:
+        load_study({"models": [{"model": "resnet18", "inputs": [[1] * 10_000]}]})
+    message = str(info.value)
+    assert "models.0.inputs.0: has 10000 entries; at most 5 allowed" in message
+    assert len(message) < 200
+    with pytest.raises(ConfigError) as info:
+        load_study({"models": "x" * 10_000})
+    message = str(info.value)
+    assert f"models: expected array, got '{'x' * 56}..." in message
+    assert len(message) < 200

@@ -296,3 +296,34 @@ def test_every_torchvision_classifier_extracts_and_rebuilds(model):
     assert len(table) > 0
     for spec, _ in rows:
         assert _run_rebuilt(spec, "meta") == spec["outputs"], spec["type"]
+
+
+# --- issue 19: a wrong input shape fails on the meta device ------------------------------
+
+_PEAK_RSS = """
+import resource, sys
+from opcost.extract import ExtractionError, extract_model_input
+from opcost.names import ModelInput
+
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    extract_model_input(ModelInput("resnet18", (2048, 4, 224, 224)))
+except ExtractionError as e:
+    print(e, file=sys.stderr)
+else:
+    sys.exit("extraction did not fail")
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
+"""
+
+
+def test_wrong_channel_count_fails_on_meta_without_building_the_input():
+    """resnet18 takes 3 channels: at (2048, 4, 224, 224) the forward pass fails on the meta
+    device, and must not be retried on the CPU, where the input alone is
+    2048 * 4 * 224 * 224 * 4 bytes = 1,644 MB."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _PEAK_RSS], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "model-input set resnet18_2048x4x224x224: forward pass failed" in proc.stderr
+    growth_mb = int(proc.stdout.strip()) / 1024  # ru_maxrss is in KiB on Linux
+    assert growth_mb < 200, f"peak RSS grew by {growth_mb:.0f} MB while extracting"

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -452,6 +453,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Exit code when the reader of stdout went away (``opcost extract ... | head -1``): 128 +
+#: SIGPIPE, what a shell reports for coreutils' ``seq 100000 | head -1``, so that a
+#: pipeline under ``set -o pipefail`` sees the output was cut short.
+EXIT_BROKEN_PIPE = 141
+
+
+def _stdout_closed() -> int:
+    """Exit quietly when stdout's reader has gone: no message, and nothing left for the
+    interpreter to flush into the closed pipe at exit (Python's documented recipe)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_BROKEN_PIPE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``opcost`` console script; returns the exit code."""
     from opcost.predict import PredictorError
@@ -467,6 +483,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         return int(args.func(args))
+    except BrokenPipeError:
+        return _stdout_closed()
     except Exception as e:
         # Modules that are slow to import (torch, jsonschema) are looked up only if the
         # command imported them, so that predicting from an op table stays fast.

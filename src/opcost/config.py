@@ -59,7 +59,13 @@ def load_schema(path: Path = SCHEMA_PATH) -> dict[str, Any]:
 
 
 def _with_defaults(validator_class):
-    """A validator that fills in defaults, as Snakemake's ``validate(set_default=True)``."""
+    """A validator that fills in defaults, as Snakemake's ``validate(set_default=True)``.
+
+    A property missing from an object is set to (a copy of) its schema default before
+    the object's properties are validated, so defaults nested in a default, in the items
+    of an array and in ``additionalProperties`` (each GPU configuration) are filled in
+    the same pass.
+    """
     validate_properties = validator_class.VALIDATORS["properties"]
 
     def set_defaults(validator, properties, instance, schema):
@@ -80,17 +86,89 @@ def _field(path) -> str:
     return ".".join(str(p) for p in path) or "<top level>"
 
 
+#: More values than any study needs (a thousand model-input sets are about 6,000): a
+#: config above is refused before validation, e.g. YAML anchors that expand into a huge
+#: tree (an "alias bomb": 9 aliases 6 deep are 531,441 values).
+MAX_CONFIG_VALUES = 100_000
+#: Errors listed in a ConfigError; the rest are counted.
+MAX_ERRORS = 5
+#: Longest value quoted in an error message, characters.
+MAX_QUOTED = 60
+
+
+def _check_size(config: Any) -> None:
+    """Refuse a config of more than :data:`MAX_CONFIG_VALUES` values, counting every
+    occurrence (a value shared through a YAML alias counts each time it is used)."""
+    count = 0
+    stack = [config]
+    while stack:
+        node = stack.pop()
+        count += 1
+        if count > MAX_CONFIG_VALUES:
+            raise ConfigError(
+                f"the config holds more than {MAX_CONFIG_VALUES:,} values, far more than "
+                "a study needs: YAML aliases expanding into a huge tree?"
+            )
+        if isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list | tuple):
+            stack.extend(node)
+
+
+def _quote(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= MAX_QUOTED else text[: MAX_QUOTED - 3] + "..."
+
+
+def _describe(error: jsonschema.ValidationError) -> list[str]:
+    """One short line per problem: the field, what is wrong, what is allowed."""
+    path = list(error.absolute_path)
+    field = _field(path)
+    kind, expected, value = error.validator, error.validator_value, error.instance
+    if kind == "additionalProperties" and expected is False and isinstance(value, dict):
+        allowed = list(error.schema.get("properties", {}))
+        return [
+            f"{_field([*path, key])}: unknown key; allowed here: {', '.join(allowed)}"
+            for key in value
+            if key not in allowed
+        ]
+    if kind == "type":
+        types = expected if isinstance(expected, list) else [expected]
+        return [f"{field}: expected {' or '.join(types)}, got {_quote(value)}"]
+    if kind == "enum":
+        return [
+            f"{field}: {_quote(value)} is not allowed; allowed: {', '.join(map(str, expected))}"
+        ]
+    if kind in ("minItems", "maxItems", "minProperties") and isinstance(value, list | dict):
+        bound = "at least" if kind.startswith("min") else "at most"
+        return [f"{field}: has {len(value)} entries; {bound} {expected} allowed"]
+    message = error.message.replace(repr(value), _quote(value))
+    return [f"{field}: {_quote_text(message)}"]
+
+
+def _quote_text(text: str, limit: int = 3 * MAX_QUOTED) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def validate_config(config: dict[str, Any], schema: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Check ``config`` against the JSON schema, filling in defaults in place."""
+    """Check ``config`` against the JSON schema, filling in defaults in place.
+
+    This is what the Snakefile calls (instead of ``snakemake.utils.validate``, whose
+    message quotes the whole schema and config). Raises ``ConfigError`` listing up to
+    :data:`MAX_ERRORS` problems, one short line each: the field, what is wrong and what
+    is allowed.
+    """
+    _check_size(config)
     schema = schema or load_schema()
     validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
-    errors = sorted(validator.iter_errors(config), key=lambda e: list(e.path))
-    if errors:
-        lines = [f"  {_field(e.path)}: {e.message}" for e in errors]
-        raise ConfigError("invalid config:\n" + "\n".join(lines))
-    # Nested defaults inside additionalProperties (the GPU configurations) are filled by a
-    # second pass, once the parent objects exist.
-    validator.validate(config)
+    lines: list[str] = []
+    for error in sorted(validator.iter_errors(config), key=lambda e: [str(p) for p in e.path]):
+        lines += [line for line in _describe(error) if line not in lines]
+    if lines:
+        shown = lines[:MAX_ERRORS]
+        if len(lines) > MAX_ERRORS:
+            shown.append(f"... and {len(lines) - MAX_ERRORS} more")
+        raise ConfigError("invalid config:\n" + "\n".join(f"  {line}" for line in shown))
     return config
 
 
@@ -101,12 +179,37 @@ def _torchvision_models() -> frozenset[str]:
     return frozenset(torchvision.models.list_models())
 
 
+@cache
+def _factory_problem(model: str) -> str | None:
+    from opcost.extract import check_factory
+
+    try:
+        check_factory(model)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def _check_factory(model: str, where: str) -> None:
+    """Refuse an import path that is not a network factory (opcost.extract.check_factory);
+    each path is checked once per process."""
+    problem = _factory_problem(model)
+    if problem is not None:
+        raise ConfigError(f"{where}: {problem}")
+
+
 def load_study(config: dict[str, Any], *, check_models: bool = True) -> Study:
     """Validate a config (schema, then meaning) and return the study it describes.
 
+    With ``check_models``, a torchvision name must be a torchvision model, and an import
+    path ``package.module:factory`` is imported (a config names code to run, as a
+    Snakefile is code) and checked to be a factory of a ``torch.nn.Module``
+    (:func:`opcost.extract.check_factory`).
+
     Raises:
         ConfigError: naming the field, for a misspelt key, a wrong type, an unsafe name, an
-            unknown model, a malformed input shape or GPU setting, or a duplicate
+            unknown model or an import path that is not a network factory, a malformed
+            input shape or GPU setting, a GPU setting on ``device: cpu``, or a duplicate
             model-input set.
     """
     validate_config(config)
@@ -120,6 +223,8 @@ def load_study(config: dict[str, Any], *, check_models: bool = True) -> Study:
                 raise ConfigError(
                     f"{where}: {model!r} is not an import path package.module:factory"
                 )
+            if check_models:
+                _check_factory(model, where)
         elif check_models and model not in _torchvision_models():
             raise ConfigError(
                 f"{where}: unknown model {model!r}; use a torchvision model name "
@@ -153,6 +258,14 @@ def load_study(config: dict[str, Any], *, check_models: bool = True) -> Study:
                 settings.append(parse_setting(text))
             except ValueError as e:
                 raise ConfigError(f"gpus.{name}.settings.{k}: {e}") from e
+            if settings[-1].kind != "default" and g["device"] == "cpu":
+                # Nothing could apply it: the job would measure the CPU under its name.
+                # (device: auto may also resolve to the CPU: the profiling job refuses
+                # that, opcost.profile.power_log.)
+                raise ConfigError(
+                    f"gpus.{name}.settings.{k}: setting {text!r} needs a CUDA device; "
+                    f"gpus.{name}.device is 'cpu'"
+                )
         for key in ("slurm_gpu_model", "slurm_constraint"):
             value = g.get(key)
             if value is not None:

@@ -22,7 +22,11 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import re
+import sys
+import types
+import typing
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -50,17 +54,85 @@ class ExtractionError(RuntimeError):
     """A model-input set could not be extracted; the message names it."""
 
 
+def resolve_factory(model: str) -> Any:
+    """The factory an import path ``package.module:factory`` names, checked without calling it.
+
+    Importing the module runs its code, as any code a study names (README). A factory is
+    a ``torch.nn.Module`` subclass, or a callable that takes no required argument and is
+    not declared to return something else. Refused, with a ``ValueError`` naming the
+    path: anything from the Python standard library (``os:system``, ``builtins:eval``,
+    ``subprocess:run``: it builds no network, and calling it could do harm), a path that
+    does not resolve, an attribute that is not callable, a callable that needs arguments,
+    and one whose return annotation names only classes that are not ``torch.nn.Module``.
+    """
+    if not _IMPORT_PATH.fullmatch(model):
+        raise ValueError(f"{model!r} is not an import path of the form package.module:factory")
+    module_name, name = model.split(":")
+    if module_name.split(".")[0] in sys.stdlib_module_names:
+        raise ValueError(
+            f"{model!r} is from the Python standard library, which builds no torch.nn.Module; "
+            "name a factory of your own package"
+        )
+    try:
+        obj = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"import path {model!r} does not resolve: {e}") from e
+    if inspect.isclass(obj) and not issubclass(obj, torch.nn.Module):
+        raise ValueError(f"{model!r} is the class {obj.__name__}, not a torch.nn.Module")
+    if not callable(obj):
+        raise ValueError(
+            f"{model!r} is not callable (a {type(obj).__name__}); a factory is a callable "
+            "that returns a torch.nn.Module"
+        )
+    try:
+        signature = inspect.signature(obj)
+        signature.bind()
+    except (TypeError, ValueError) as e:
+        raise ValueError(
+            f"{model!r} cannot be called without arguments ({e}); a factory takes none"
+        ) from e
+    if _declared_module(obj) is False:
+        declared = _return_annotation(obj)
+        raise ValueError(
+            f"{model!r} is declared to return {getattr(declared, '__name__', declared)}, "
+            "not a torch.nn.Module"
+        )
+    return obj
+
+
+def _return_annotation(obj: Any) -> Any:
+    """What ``obj`` returns, as declared: the class itself, or the return annotation
+    (evaluated where written as a string); ``inspect.Signature.empty`` if undeclared."""
+    if inspect.isclass(obj):
+        return obj
+    try:
+        return inspect.signature(obj, eval_str=True).return_annotation
+    except Exception:  # an annotation naming what its module does not define
+        return inspect.signature(obj).return_annotation
+
+
+def _declared_module(obj: Any) -> bool | None:
+    """Whether ``obj`` is declared to return a ``torch.nn.Module``: ``True`` or ``False``
+    when its return annotation names classes (one class, or a union of them), ``None``
+    when it names none (no annotation, an unresolved string, another typing construct)."""
+    annotation = _return_annotation(obj)
+    if annotation is inspect.Signature.empty:
+        return None
+    members = typing.get_args(annotation) if typing.get_origin(annotation) in _UNIONS else ()
+    classes = [c for c in (members or (annotation,)) if inspect.isclass(c)]
+    if not classes:
+        return None
+    return any(issubclass(c, torch.nn.Module) for c in classes)
+
+
+_UNIONS = (typing.Union, types.UnionType)
+
+
 def build_model(model: str) -> torch.nn.Module:
-    """A torchvision model by name (no weights), or a user's ``package.module:factory``."""
+    """A torchvision model by name (no weights), or a user's ``package.module:factory``
+    (checked by :func:`resolve_factory` before it is called)."""
     if ":" in model:
-        if not _IMPORT_PATH.fullmatch(model):
-            raise ValueError(f"{model!r} is not an import path of the form package.module:factory")
-        module_name, factory = model.split(":")
-        try:
-            obj = getattr(importlib.import_module(module_name), factory)
-        except (ImportError, AttributeError) as e:
-            raise ValueError(f"import path {model!r} does not resolve: {e}") from e
-        net = obj()
+        net = resolve_factory(model)()
         if not isinstance(net, torch.nn.Module):
             raise ValueError(f"{model!r} returned {type(net).__name__}, not a torch.nn.Module")
         return net
@@ -72,6 +144,40 @@ def build_model(model: str) -> torch.nn.Module:
             "(see torchvision.models.list_models()) nor an import path package.module:factory"
         )
     return torchvision.models.get_model(model, weights=None)
+
+
+def check_factory(model: str) -> None:
+    """Check, at config load, that ``package.module:factory`` builds a ``torch.nn.Module``.
+
+    A factory declared to return one (a ``torch.nn.Module`` subclass, or a function
+    annotated ``-> torch.nn.Module`` or a subclass) is not called. Any other that
+    :func:`resolve_factory` accepts is built as extraction builds it (on the ``meta``
+    device, where parameters are never allocated) and its result checked. Raises
+    ``ValueError`` naming the path.
+    """
+    factory = resolve_factory(model)
+    if _declared_module(factory):
+        return
+    try:
+        _build_for_extraction(model)
+    except ValueError:
+        raise
+    except Exception as e:
+        raise ValueError(
+            f"{model!r} failed when called with no arguments: {type(e).__name__}: {e}"
+        ) from e
+
+
+def _build_for_extraction(model: str) -> torch.nn.Module:
+    """The network, built on the ``meta`` device, or on the CPU without weight
+    initialisation where its builder computes with tensors (regnet's widths)."""
+    try:
+        # Built under the meta device, parameters are never allocated or initialised.
+        with torch.device("meta"):
+            return build_model(model)
+    except (NotImplementedError, RuntimeError):
+        with _no_weight_init():
+            return build_model(model)
 
 
 @contextlib.contextmanager
@@ -227,20 +333,17 @@ def extract_model_input(mi: ModelInput, *, functional_ops: bool = True) -> pd.Da
     if len(mi.shape) < 1 or any(int(d) <= 0 for d in mi.shape):
         raise ExtractionError(f"model-input set {mi.name}: input shape {mi.shape} is malformed")
     try:
-        try:
-            # Built under the meta device, parameters are never allocated or initialised.
-            with torch.device("meta"):
-                net = build_model(mi.model)
-        except (NotImplementedError, RuntimeError):
-            # Some builders compute with tensors (regnet's widths): build on the CPU,
-            # skipping the weight initialisation that extraction does not need.
-            with _no_weight_init():
-                net = build_model(mi.model)
+        net = _build_for_extraction(mi.model)
     except ValueError as e:
         raise ExtractionError(f"model-input set {mi.name}: {e}") from e
     try:
         found = extract_ops(net, mi.shape, functional_ops=functional_ops)
     except (NotImplementedError, RuntimeError) as meta_error:
+        if not _meta_unsupported(meta_error):
+            # A wrong shape fails on the CPU too, after allocating the real input.
+            raise ExtractionError(
+                f"model-input set {mi.name}: forward pass failed: {meta_error}"
+            ) from meta_error
         try:
             found = extract_ops(
                 build_model(mi.model), mi.shape, functional_ops=functional_ops, device="cpu"
@@ -253,6 +356,12 @@ def extract_model_input(mi: ModelInput, *, functional_ops: bool = True) -> pd.Da
     except Exception as e:
         raise ExtractionError(f"model-input set {mi.name}: forward pass failed: {e}") from e
     return ops_table(mi.name, found)
+
+
+def _meta_unsupported(error: BaseException) -> bool:
+    """Whether a forward pass failed on ``meta`` because it needs real data (an op
+    without a meta kernel, ``.item()``), not because the input does not fit the network."""
+    return isinstance(error, NotImplementedError) or "meta" in str(error).lower()
 
 
 def ops_table(model_input: str, found: list[dict[str, Any]]) -> pd.DataFrame:

@@ -19,6 +19,19 @@ MODE_PATTERN = r"inference|training"
 OP_ID_PATTERN = r"[0-9a-f]{16}"
 MODES = ("inference", "training")
 
+#: Plausible locked SM clocks, MHz. The supported graphics clocks of current NVIDIA
+#: datacenter and desktop GPUs lie inside: the lowest are a few hundred MHz (A100's list
+#: goes down to 210 MHz), the highest boost clocks about 3,000 MHz (GeForce RTX 40/50).
+#: Which clocks a given GPU accepts is checked against its own list when the setting is
+#: applied (opcost-gpu-setting); this bound refuses a typo such as ``sm99999`` at config
+#: load, before any job.
+SM_CLOCK_MHZ_RANGE = (100, 4000)
+#: Plausible power limits, W. The smallest minimum limits of current GPUs are tens of
+#: watts (low-profile cards such as the A2 or L4), the largest maximum limits about
+#: 1,200 W (B200, GB200; the H100 SXM's range is 200..700 W): the range admits all of them
+#: with headroom. The GPU's own limits are checked when the setting is applied.
+POWER_LIMIT_W_RANGE = (20, 2000)
+
 _NAME_RE = re.compile(NAME_PATTERN)
 _SETTING_RE = re.compile(SETTING_PATTERN)
 
@@ -70,7 +83,11 @@ class Setting:
 
 
 def parse_setting(text: object) -> Setting:
-    """Parse ``default``, ``sm1410`` (lock SM clock at 1410 MHz) or ``pl300`` (300 W limit)."""
+    """Parse ``default``, ``sm1410`` (lock SM clock at 1410 MHz) or ``pl300`` (300 W limit).
+
+    Clocks must lie in :data:`SM_CLOCK_MHZ_RANGE`, power limits in
+    :data:`POWER_LIMIT_W_RANGE`; anything else raises ``ValueError``.
+    """
     if not isinstance(text, str) or not _SETTING_RE.fullmatch(text):
         raise ValueError(
             f"GPU setting {text!r} is malformed: expected 'default', 'sm<MHz>' (e.g. sm1410) "
@@ -78,7 +95,15 @@ def parse_setting(text: object) -> Setting:
         )
     if text == "default":
         return Setting(text, "default", None)
-    return Setting(text, text[:2], int(text[2:]))
+    kind, value = text[:2], int(text[2:])
+    low, high = SM_CLOCK_MHZ_RANGE if kind == "sm" else POWER_LIMIT_W_RANGE
+    if not low <= value <= high:
+        what, unit = ("SM clock", "MHz") if kind == "sm" else ("power limit", "W")
+        raise ValueError(
+            f"GPU setting {text!r}: {what} {value} {unit} is outside {low}..{high} {unit}, "
+            f"the range of NVIDIA GPUs"
+        )
+    return Setting(text, kind, value)
 
 
 @dataclass(frozen=True)

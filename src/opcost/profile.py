@@ -131,8 +131,16 @@ def power_log(
     With ``job_log_path``, a second nvidia-smi log covers the whole job, the setting's
     change and restoration included (thesis 3.3: for investigating anomalies later).
     At the end the log is renamed to ``csv_path``; with ``publish=False`` it stays under
-    its temporary name (``_staged(csv_path)``) for the caller to publish.
+    its temporary name (``_staged(csv_path)``) for the caller to publish. A setting other
+    than ``default`` off a CUDA GPU raises ``ProfileError``: nothing could apply it.
     """
+    if device != "cuda" and setting.kind != "default":
+        # Nothing here can apply it: measuring anyway would record the card as it is
+        # under the setting's name.
+        raise ProfileError(
+            f"GPU setting {setting.name!r} cannot be applied: the job runs on the {device}, "
+            "not a CUDA GPU; run it on a GPU node, or profile only the setting 'default'"
+        )
     tmp_csv = _staged(csv_path)
     try:
         if device == "cuda":
