@@ -45,7 +45,7 @@ STUDY = {
     ],
     "modes": ["inference", "training"],
     "gpus": {
-        "a": {"device": "cpu", "settings": ["default", "sm1410"]},
+        "a": {"device": "cuda", "settings": ["default", "sm1410"]},
         "b": {"device": "cpu", "settings": ["default"]},
     },
     "profile": {"min_run_time_s": 0.5, "warmup_s": 0.1},
