@@ -9,7 +9,14 @@ from opcost.names import (
 from opcost import workflow as wf
 from opcost import slurm as slurm_preflight
 from opcost import worker
+from opcost import snakemake_compat
 from opcost.spec import SPEC_VERSION
+
+# Snakemake 9 can form the profiling batches (profiles/slurm: groups, group-components)
+# twice and submit both: the same ops measured twice at once. This makes the batching
+# the same however often Snakemake forms it, and stops with one line on a Snakemake
+# whose internals it was not checked against (opcost.snakemake_compat).
+snakemake_compat.apply()
 
 # Schema checks ran in the Snakefile; this adds the checks of meaning (model names,
 # shapes, settings, safe names) so a bad config fails before any job starts.
