@@ -1,3 +1,5 @@
+from pathlib import Path
+
 from opcost.config import load_study
 from opcost.names import (
     MODEL_INPUT_PATTERN,
@@ -44,6 +46,14 @@ onstart:
 
 
 UNIQUE_OPS = "results/ops/unique.parquet"
+
+
+def code_version(script):
+    # A hash of the opcost modules that workflow/scripts/<script> uses: a parameter of the
+    # rule that runs it, so a change to its stage's code in the package reruns it (and
+    # what depends on it). The profiling and sweep rules take none: raw logs are ground
+    # truth (opcost.workflow.code_version).
+    return wf.code_version(Path(workflow.basedir) / "workflow" / "scripts" / script)
 
 
 def get_unique_ops_path():
