@@ -139,9 +139,17 @@ def test_key_cannot_leave_the_lock_dir():
     assert path.parent == device_lock.lock_dir()
 
 
-def test_a_duplicate_of_a_job_measures_nothing_and_overwrites_nothing(tmp_path, capfd):
+def test_a_duplicate_of_a_job_measures_nothing_and_overwrites_nothing(tmp_path, capfd, monkeypatch):
     # Issue 20: the same profiling job submitted twice at once. The device lock makes
     # them take turns; the second then finds the pair complete and leaves it as it is.
+    measured = []
+    real_measure = profile._measure_into
+
+    def counted(*args, **kwargs):
+        measured.append(1)
+        return real_measure(*args, **kwargs)
+
+    monkeypatch.setattr(profile, "_measure_into", counted)
     records = []
     threads = [
         threading.Thread(target=lambda: records.append(_job(tmp_path, "same"))) for _ in range(2)
@@ -152,6 +160,7 @@ def test_a_duplicate_of_a_job_measures_nothing_and_overwrites_nothing(tmp_path, 
         t.join()
     written = json.loads((tmp_path / "same.json").read_text())
     assert len(records) == 2
+    assert len(measured) == 1
     # Both return the one measurement on disk: the same start time, to the microsecond.
     assert [r["started_unix_s"] for r in records] == [written["started_unix_s"]] * 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["locks", "same.csv", "same.json"]
