@@ -394,3 +394,53 @@ def test_each_profiling_job_is_in_exactly_one_batch(
     assert sorted(job for batch in batches for job in batch) == sorted(expected)
     assert all(1 <= len(batch) <= size for batch in batches)
     assert len(batches) == math.ceil(len(expected) / size)
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+@pytest.mark.usefixtures("slurm_cluster")
+def test_profiling_known_at_start_runs_each_job_once_through_slurm(
+    op_list_built: Path, tmp_path: Path
+) -> None:
+    """Issue 20 through the real SLURM: with the op list built first, every profiling job
+    runs in exactly one batch, each raw pair is written once, and the run reaches the end
+    (before, the same jobs went to SLURM twice and the run stopped after profiling)."""
+    workdir = tmp_path / "work"
+    shutil.copytree(op_list_built, workdir, symlinks=True)
+    config = tmp_path / "study.yaml"
+    config.write_text(yaml.safe_dump(GROUPS_STUDY))
+    profile = helpers.make_test_profile(tmp_path)
+    proc = _snakemake(
+        profile, workdir, "--slurm-keep-successful-logs", configfile=config, timeout_s=900
+    )
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-6000:]
+    # To the end, counted right: "288 of 157 steps (183%) done" was the defect.
+    steps = re.findall(r"(\d+) of (\d+) steps \(\d+%\) done", log)
+    assert steps
+    assert steps[-1][0] == steps[-1][1], steps[-3:]
+    again = _snakemake(profile, workdir, "--dry-run", configfile=config, timeout_s=300)
+    assert "Nothing to be done" in again.stdout + again.stderr
+
+    expected = dict(_all_profiling_jobs(workdir, ["default"]))
+    subs = helpers.submissions(log)
+    assert len({s.slurm_job_id for s in subs}) == len(subs)
+    batches = [s for s in subs if s.is_group]
+    size = _group_size(profile)
+    assert len(batches) == math.ceil(len(expected) / size)
+    ran: list[str] = []
+    for batch in batches:
+        members = helpers.target_jobs(batch.slurm_log)
+        assert 1 <= len(members) <= size
+        assert "already measured by another job" not in batch.slurm_log.read_text()
+        for member in members:
+            _, wc = helpers.job_wildcards(member)
+            name = (
+                f"{wc['gpu']}/{wc['setting']}/{wc['mode']}/{wc.get('op_id') or wc['model_input']}"
+            )
+            ran.append(name)
+            # The pair on disk is this batch's measurement: its job log names the batch.
+            job_log = workdir / f"{expected[name].replace('results/raw/', 'logs/profile/', 1)}.log"
+            assert json.loads(job_log.read_text())["slurm_job_id"] == batch.slurm_job_id
+            assert (workdir / f"{expected[name]}.json").is_file()
+    assert sorted(ran) == sorted(expected)
