@@ -904,6 +904,76 @@ GUARDS: tuple[Guard, ...] = (
         "tests/test_cli.py::test_extract_into_a_closed_pipe_exits_quietly",
         "main: a closed stdout ends with an error message and exit code 2",
     ),
+    # --- issue 20: groups and code changes ---
+    Guard(
+        "groups-formed-once",
+        "faults",
+        "workflow/rules/common.smk",
+        "snakemake_compat.apply()\n",
+        "",
+        "tests/test_slurm_pipeline.py::test_each_profiling_job_is_in_exactly_one_batch[op_list_first]",
+        "common.smk: Snakemake's own group formation (an extra batch of every profiling job)",
+    ),
+    Guard(
+        "groups-compat-version-refused",
+        "faults",
+        "src/opcost/snakemake_compat.py",
+        'if version.split(".")[0] not in CHECKED_MAJOR_VERSIONS:',
+        "if False:",
+        "tests/test_snakemake_compat.py::test_another_major_version_is_refused",
+        "snakemake_compat: patches a Snakemake major version it was never checked against",
+    ),
+    Guard(
+        "profile-duplicate-measures-nothing",
+        "faults",
+        "src/opcost/profile.py",
+        "        existing = measured_pair(csv_path, json_path)\n"
+        "        if existing is not None:\n"
+        "            return existing\n",
+        "",
+        "tests/test_device_lock.py::"
+        "test_a_duplicate_of_a_job_measures_nothing_and_overwrites_nothing",
+        "profile_job: a duplicate measures the pair again after the lock and replaces it",
+    ),
+    Guard(
+        "profile-duplicate-publish-kept",
+        "faults",
+        "src/opcost/profile.py",
+        "            existing = measured_pair(csv_path, json_path)\n"
+        "            if existing is not None:\n",
+        "            existing = None\n            if existing is not None:\n",
+        "tests/test_device_lock.py::test_a_pair_published_during_the_measurement_is_kept",
+        "profile_job: a pair published meanwhile by a duplicate is overwritten",
+    ),
+    Guard(
+        "code-version-transitive",
+        "faults",
+        "src/opcost/workflow.py",
+        "        todo += sorted(_opcost_imports(_module_file(module).read_text()) - seen)\n",
+        "",
+        "tests/test_workflow.py::test_code_version_follows_the_modules_a_stage_script_uses",
+        "code_version: hashes only the modules a script imports itself",
+    ),
+    Guard(
+        "train-rule-code-version",
+        "faults",
+        "workflow/rules/train.smk",
+        '        opcost_code=code_version("train.py"),\n',
+        "",
+        "tests/test_workflow.py::"
+        "test_every_stage_rule_carries_its_code_version_and_no_measurement_does",
+        "train.smk: rule train without its code version",
+    ),
+    Guard(
+        "stage-code-change-reruns-stage",
+        "faults",
+        "workflow/rules/common.smk",
+        '    return wf.code_version(Path(workflow.basedir) / "workflow" / "scripts" / script)\n',
+        '    return "unchanged"\n',
+        "tests/test_reruns.py::"
+        "test_a_change_to_a_stage_module_reruns_that_stage_and_no_profiling[train.py-train]",
+        "common.smk: every stage's code version a constant (a code change reruns nothing)",
+    ),
 )
 
 

@@ -1,5 +1,6 @@
 """Two profiling jobs never measure on one device at once, whoever runs them."""
 
+import json
 import os
 import signal
 import subprocess
@@ -136,3 +137,52 @@ def test_keys_that_make_no_file_name_are_refused(key):
 def test_key_cannot_leave_the_lock_dir():
     path = device_lock.lock_path("../../etc/passwd")
     assert path.parent == device_lock.lock_dir()
+
+
+def test_a_duplicate_of_a_job_measures_nothing_and_overwrites_nothing(tmp_path, capfd, monkeypatch):
+    # Issue 20: the same profiling job submitted twice at once. The device lock makes
+    # them take turns; the second then finds the pair complete and leaves it as it is.
+    measured = []
+    real_measure = profile._measure_into
+
+    def counted(*args, **kwargs):
+        measured.append(1)
+        return real_measure(*args, **kwargs)
+
+    monkeypatch.setattr(profile, "_measure_into", counted)
+    records = []
+    threads = [
+        threading.Thread(target=lambda: records.append(_job(tmp_path, "same"))) for _ in range(2)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    written = json.loads((tmp_path / "same.json").read_text())
+    assert len(records) == 2
+    assert len(measured) == 1
+    # Both return the one measurement on disk: the same start time, to the microsecond.
+    assert [r["started_unix_s"] for r in records] == [written["started_unix_s"]] * 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["locks", "same.csv", "same.json"]
+    assert "same.json and its CSV were already measured by another job" in capfd.readouterr().err
+
+
+def test_a_pair_published_during_the_measurement_is_kept(tmp_path, monkeypatch):
+    # A duplicate on another GPU (so under another lock) publishes the pair while this job
+    # measures: here the first job's pair is there, and this job's check before measuring
+    # is made to miss it, as it would had the duplicate not finished yet.
+    first = _job(tmp_path, "same")
+    real_measured_pair = profile.measured_pair
+    calls = []
+
+    def missed_before_measuring(csv_path, json_path):
+        calls.append(json_path)
+        return None if len(calls) == 1 else real_measured_pair(csv_path, json_path)
+
+    monkeypatch.setattr(profile, "measured_pair", missed_before_measuring)
+    second = _job(tmp_path, "same")
+    assert len(calls) == 2  # it measured, then checked again before publishing
+    assert second["started_unix_s"] == first["started_unix_s"]
+    written = json.loads((tmp_path / "same.json").read_text())
+    assert written["started_unix_s"] == first["started_unix_s"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["locks", "same.csv", "same.json"]

@@ -345,3 +345,66 @@ def test_deleting_a_raw_pair_measures_it_again_and_rebuilds_what_depends_on_it(
         "results/validation/dataset_validation.parquet",
     ):
         assert (study_copy / output).stat().st_mtime_ns > deleted_at_ns
+
+
+# --- issue 20: a change to the package's code reruns its stage, never the profiling ----
+
+
+def edit_package_module(study_copy: Path, module: str) -> None:
+    """Make Snakemake and its jobs import a copy of the opcost package in which a user
+    has added a comment to ``module``.
+
+    The copy sits in a checkout-like tree (``src/opcost``, with ``workflow`` beside it for
+    the config schema); a sitecustomize module next to the study (first on PYTHONPATH:
+    see snakemake()) puts its ``src`` first on ``sys.path`` in every Python process.
+    """
+    tree = study_copy.parent / "edited"
+    copy = tree / "src" / "opcost"
+    shutil.copytree(REPO / "src" / "opcost", copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (tree / "workflow").symlink_to(REPO / "workflow")
+    with open(copy / module, "a") as f:
+        f.write("# edited\n")
+    (study_copy.parent / "sitecustomize.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(tree / 'src')!r})\n"
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("module", "rule"), [("train.py", "train"), ("evaluate.py", "evaluate")])
+def test_a_change_to_a_stage_module_reruns_that_stage_and_no_profiling(
+    study_copy: Path, module: str, rule: str
+) -> None:
+    edit_package_module(study_copy, module)
+    configfile = write_study(study_copy, BASE_STUDY)
+    rulegraph = snakemake(study_copy, "--rulegraph", "--configfile", configfile).stdout
+    dry = snakemake(study_copy, "--dry-run", "--configfile", configfile)
+    log = dry.stdout + dry.stderr
+    scheduled = {name for name, _ in scheduled_jobs(log)}
+    # The stage and everything that consumes its output; nothing upstream, no profiling.
+    assert scheduled == {rule} | downstream_rules(rulegraph, rule)
+    assert re.search(rf"rule {rule}:\n(?:.*\n)*?\s*reason: Params have changed", log)
+    assert not scheduled & PROFILING_RULES
+    assert not scheduled & {"extract", "unique_ops"}
+
+
+@pytest.mark.slow
+def test_a_change_to_extraction_code_that_keeps_the_op_table_profiles_nothing(
+    study_copy: Path,
+) -> None:
+    """Extraction reruns and writes the same op ids: profiling takes the op's spec as a
+    parameter, read from the new op table, so no profiling job runs and no raw log changes."""
+    edit_package_module(study_copy, "extract.py")
+    configfile = write_study(study_copy, BASE_STUDY)
+    unique_before = pd.read_parquet(study_copy / "results/ops/unique.parquet")
+    before = raw_files(study_copy)
+    ran = snakemake(study_copy, "--cores", "2", "--configfile", configfile)
+    jobs = [name for name, _ in scheduled_jobs(ran.stdout + ran.stderr)]
+    assert sorted(j for j in jobs if j == "extract") == ["extract"] * len(BASE_NETWORKS)
+    assert "unique_ops" in jobs
+    assert not set(jobs) & PROFILING_RULES
+    assert raw_files(study_copy) == before
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(study_copy / "results/ops/unique.parquet"), unique_before
+    )
+    again = snakemake(study_copy, "--dry-run", "--configfile", configfile)
+    assert "Nothing to be done" in again.stdout + again.stderr

@@ -16,6 +16,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -264,3 +265,182 @@ def test_default_study_runs_to_the_end_through_slurm_in_batches(tmp_path: Path) 
         for row in dataset.itertuples()
     }
     assert dataset_keys == seen
+
+
+# --- issue 20: every profiling job in exactly one batch ---------------------------------
+
+# A study of 74 profiling jobs (35 ops and 2 networks, 2 modes): more than one batch of
+# 50. `auto` measures on the CPU here; a dry run of a GPU setting needs no GPU either.
+GROUPS_STUDY = {
+    "models": [
+        {"model": "resnet18", "inputs": [[2, 3, 32, 32]]},
+        {"model": "toymodels.nets:tiny_mlp", "inputs": [[8, 16]]},
+    ],
+    "modes": ["inference", "training"],
+    "gpus": {"local": {"device": "auto", "settings": ["default"]}},
+    "profile": {"min_run_time_s": 0.02, "warmup_s": 0.005},
+}
+
+
+def dry_run_batches(log: str) -> tuple[list[list[str]], list[str]]:
+    """The profiling jobs of a dry run: per group job, and those outside any group.
+
+    A group job opens with ``Group job NAME (jobs in lexicogr. order):`` and lists its
+    members indented (``    rule profile_op:`` ... ``wildcards: ...``); an unindented
+    ``rule``/``checkpoint`` line is a job of its own. Each profiling job is named by its
+    wildcards, ``gpu/setting/mode/op_id-or-model_input``.
+    """
+    batches: list[list[str]] = []
+    alone: list[str] = []
+    current: list[str] | None = None
+    in_profiling_job = False
+    for line in log.splitlines():
+        if re.match(r"^(?:\[.*\] )?Group job \S+ \(jobs in lexicogr\. order\):$", line):
+            current = []
+            batches.append(current)
+            continue
+        header = re.match(r"^(\s*)(?:\[.*\] )?(?:local)?(?:rule|checkpoint) (\w+):$", line)
+        if header:
+            if not header[1]:
+                current = None
+            in_profiling_job = header[2] in {"profile_op", "profile_network"}
+            continue
+        wildcards = re.fullmatch(r"\s*wildcards: (.*)", line)
+        if wildcards and in_profiling_job:
+            wc = dict(item.split("=", 1) for item in wildcards[1].split(", "))
+            name = wc.get("op_id") or wc["model_input"]
+            job = f"{wc['gpu']}/{wc['setting']}/{wc['mode']}/{name}"
+            (alone if current is None else current).append(job)
+            in_profiling_job = False
+    return batches, alone
+
+
+@pytest.fixture(scope="module")
+def op_list_built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A working directory of GROUPS_STUDY in which only the op list was built."""
+    root = tmp_path_factory.mktemp("groups")
+    workdir = root / "work"
+    workdir.mkdir()
+    config = root / "study.yaml"
+    config.write_text(yaml.safe_dump(GROUPS_STUDY))
+    profile = helpers.make_test_profile(root)
+    first = _snakemake(
+        profile,
+        workdir,
+        "results/ops/unique.parquet",
+        "--executor",
+        "local",
+        "--cores",
+        "2",
+        configfile=config,
+        timeout_s=300,
+    )
+    assert first.returncode == 0, first.stderr[-3000:]
+    return workdir
+
+
+def _all_profiling_jobs(workdir: Path, settings: list[str]) -> list[tuple[str, str]]:
+    """(wildcard name, raw file prefix) of every profiling job of GROUPS_STUDY, by hand."""
+    op_ids = sorted(pd.read_parquet(workdir / "results/ops/unique.parquet")["op_id"])
+    networks = ["resnet18_2x3x32x32", "toymodels.nets.tiny_mlp_8x16"]
+    jobs = []
+    for setting in settings:
+        for mode in GROUPS_STUDY["modes"]:
+            base = f"local/{setting}/{mode}"
+            jobs += [(f"{base}/{o}", f"results/raw/{base}/ops/{o}") for o in op_ids]
+            jobs += [(f"{base}/{n}", f"results/raw/{base}/networks/{n}") for n in networks]
+    return jobs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trigger", ["op_list_first", "new_gpu_setting", "deleted_raw_files"])
+def test_each_profiling_job_is_in_exactly_one_batch(
+    op_list_built: Path, tmp_path: Path, trigger: str
+) -> None:
+    """Issue 20: with the profiling jobs known at start-up, Snakemake formed the batches
+    twice and listed (and submitted) an extra group job holding every profiling job."""
+    workdir = tmp_path / "work"
+    shutil.copytree(op_list_built, workdir, symlinks=True)
+    study = json.loads(json.dumps(GROUPS_STUDY))
+    default_jobs = _all_profiling_jobs(workdir, ["default"])
+    if trigger == "op_list_first":
+        expected = [name for name, _ in default_jobs]
+    else:
+        # Stand-ins for measured raw pairs: a dry run looks only at their existence.
+        for _, prefix in default_jobs:
+            for ext in ("json", "csv"):
+                path = workdir / f"{prefix}.{ext}"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text("{}\n" if ext == "json" else "")
+        if trigger == "new_gpu_setting":
+            study["gpus"]["local"]["settings"] = ["default", "sm1410"]
+            expected = [name for name, _ in _all_profiling_jobs(workdir, ["sm1410"])]
+        else:
+            deleted = default_jobs[:60]
+            for _, prefix in deleted:
+                for ext in ("json", "csv"):
+                    (workdir / f"{prefix}.{ext}").unlink()
+            expected = [name for name, _ in deleted]
+    config = tmp_path / "study.yaml"
+    config.write_text(yaml.safe_dump(study))
+    profile = helpers.make_test_profile(tmp_path)
+    dry = _snakemake(profile, workdir, "--dry-run", configfile=config, timeout_s=300)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+
+    batches, alone = dry_run_batches(dry.stdout)
+    size = _group_size(profile)
+    assert len(expected) > size  # more than one batch, else nothing is joined
+    assert alone == []
+    assert sorted(job for batch in batches for job in batch) == sorted(expected)
+    assert all(1 <= len(batch) <= size for batch in batches)
+    assert len(batches) == math.ceil(len(expected) / size)
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+@pytest.mark.usefixtures("slurm_cluster")
+def test_profiling_known_at_start_runs_each_job_once_through_slurm(
+    op_list_built: Path, tmp_path: Path
+) -> None:
+    """Issue 20 through the real SLURM: with the op list built first, every profiling job
+    runs in exactly one batch, each raw pair is written once, and the run reaches the end
+    (before, the same jobs went to SLURM twice and the run stopped after profiling)."""
+    workdir = tmp_path / "work"
+    shutil.copytree(op_list_built, workdir, symlinks=True)
+    config = tmp_path / "study.yaml"
+    config.write_text(yaml.safe_dump(GROUPS_STUDY))
+    profile = helpers.make_test_profile(tmp_path)
+    proc = _snakemake(
+        profile, workdir, "--slurm-keep-successful-logs", configfile=config, timeout_s=900
+    )
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-6000:]
+    # To the end, counted right: "288 of 157 steps (183%) done" was the defect.
+    steps = re.findall(r"(\d+) of (\d+) steps \(\d+%\) done", log)
+    assert steps
+    assert steps[-1][0] == steps[-1][1], steps[-3:]
+    again = _snakemake(profile, workdir, "--dry-run", configfile=config, timeout_s=300)
+    assert "Nothing to be done" in again.stdout + again.stderr
+
+    expected = dict(_all_profiling_jobs(workdir, ["default"]))
+    subs = helpers.submissions(log)
+    assert len({s.slurm_job_id for s in subs}) == len(subs)
+    batches = [s for s in subs if s.is_group]
+    size = _group_size(profile)
+    assert len(batches) == math.ceil(len(expected) / size)
+    ran: list[str] = []
+    for batch in batches:
+        members = helpers.target_jobs(batch.slurm_log)
+        assert 1 <= len(members) <= size
+        assert "already measured by another job" not in batch.slurm_log.read_text()
+        for member in members:
+            _, wc = helpers.job_wildcards(member)
+            name = (
+                f"{wc['gpu']}/{wc['setting']}/{wc['mode']}/{wc.get('op_id') or wc['model_input']}"
+            )
+            ran.append(name)
+            # The pair on disk is this batch's measurement: its job log names the batch.
+            job_log = workdir / f"{expected[name].replace('results/raw/', 'logs/profile/', 1)}.log"
+            assert json.loads(job_log.read_text())["slurm_job_id"] == batch.slurm_job_id
+            assert (workdir / f"{expected[name]}.json").is_file()
+    assert sorted(ran) == sorted(expected)

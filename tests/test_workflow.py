@@ -83,3 +83,66 @@ def test_tiny_study_runs_end_to_end_and_a_rerun_does_nothing(repo, tmp_path):
     again = snakemake(repo, tmp_path, "-n", *config)
     assert again.returncode == 0
     assert "Nothing to be done" in again.stdout + again.stderr
+
+
+# --- issue 20: a change to a stage's code in the package reruns the stage -------------
+
+
+def _package_copy(tmp_path):
+    import shutil
+
+    from opcost import workflow as wf
+
+    copy = tmp_path / "opcost"
+    shutil.copytree(wf.PACKAGE_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    return copy
+
+
+def test_code_version_follows_the_modules_a_stage_script_uses(repo, tmp_path, monkeypatch):
+    from opcost import workflow as wf
+
+    copy = _package_copy(tmp_path)
+    monkeypatch.setattr(wf, "PACKAGE_DIR", copy)
+    scripts = repo / "workflow" / "scripts"
+    stages = ("train.py", "evaluate.py", "extract.py", "validate_predictions.py")
+
+    def versions():
+        return {s: wf.code_version.__wrapped__(scripts / s) for s in stages}
+
+    before = versions()
+    assert all(re.fullmatch(r"[0-9a-f]{16}", v) for v in before.values())
+    # train.py imports opcost.train directly; evaluate.py imports none of it.
+    with open(copy / "train.py", "a") as f:
+        f.write("# a comment\n")
+    after_train = versions()
+    assert after_train["train.py"] != before["train.py"]
+    assert {s: after_train[s] for s in stages if s != "train.py"} == {
+        s: before[s] for s in stages if s != "train.py"
+    }
+    # opcost.powerlog reaches evaluate.py through opcost.evaluate only.
+    with open(copy / "powerlog.py", "a") as f:
+        f.write("# a comment\n")
+    after_powerlog = versions()
+    assert after_powerlog["evaluate.py"] != after_train["evaluate.py"]
+    assert after_powerlog["train.py"] == after_train["train.py"]
+
+
+def test_every_stage_rule_carries_its_code_version_and_no_measurement_does(repo):
+    # Each rule that runs a script of a stage reruns when that stage's package code
+    # changes; the measurements (profiling, sweeps) never do: raw logs are ground truth.
+    measurements = {"sweep_proportionality.py", "sweep_power_trace.py"}
+    checked = []
+    for smk in sorted((repo / "workflow" / "rules").glob("*.smk")):
+        blocks = re.split(r"(?m)^(?=(?:rule|checkpoint) )", smk.read_text())
+        for block in blocks:
+            header = re.match(r"(?:rule|checkpoint) (\w+):", block)
+            if not header:
+                continue
+            script = re.search(r'^    script:\n        "\.\./scripts/(\w+\.py)"', block, re.M)
+            has_code = "opcost_code=" in block
+            if header[1].startswith("profile_") or (script and script[1] in measurements):
+                assert not has_code, header[1]
+            elif script:
+                assert f'opcost_code=code_version("{script[1]}")' in block, header[1]
+                checked.append(header[1])
+    assert {"extract", "unique_ops", "evaluate", "train", "validate_dataset"} <= set(checked)

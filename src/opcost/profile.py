@@ -28,6 +28,7 @@ import os
 import platform
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -222,6 +223,11 @@ def profile_job(
     job_log = Path(job_log_path) if job_log_path else None
     # The device to itself for the whole job, whatever the caller's resources say.
     with device_to_itself(opts.device) as lock_wait_s:
+        # A second job for the same raw pair (a duplicate submission) waited for the lock
+        # while the first measured: it finds the pair complete and measures nothing.
+        existing = measured_pair(csv_path, json_path)
+        if existing is not None:
+            return existing
         record: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
             "status": "ok",
@@ -271,11 +277,42 @@ def profile_job(
                     torch.cuda.empty_cache()
             record["finished_unix_s"] = time.time()
             _write_synced(staged_json, json.dumps(record, indent=1, sort_keys=True) + "\n")
+            # A duplicate on another device may have published the pair meanwhile: the
+            # first complete pair stays, this one is dropped.
+            existing = measured_pair(csv_path, json_path)
+            if existing is not None:
+                staged_csv.unlink(missing_ok=True)
+                staged_json.unlink(missing_ok=True)
+                return existing
             publish_read_only([(staged_csv, csv_path), (staged_json, json_path)])
         except BaseException:
             staged_csv.unlink(missing_ok=True)
             staged_json.unlink(missing_ok=True)
             raise
+    return record
+
+
+def measured_pair(csv_path: Path, json_path: Path) -> dict[str, Any] | None:
+    """The record of a raw pair that another job has already published, else None.
+
+    A pair counts when both files exist and the JSON is a finished record. Snakemake
+    deletes a job's old outputs before it starts the job, so a pair present here was
+    written by a duplicate of this job while it ran: the job then measures nothing and
+    overwrites nothing, and says so on stderr.
+    """
+    if not (csv_path.is_file() and json_path.is_file()):
+        return None
+    try:
+        record = json.loads(json_path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or "finished_unix_s" not in record:
+        return None
+    print(
+        f"opcost: {json_path} and its CSV were already measured by another job; not measured again",
+        file=sys.stderr,
+        flush=True,
+    )
     return record
 
 

@@ -6,6 +6,8 @@ pytest reaches it.
 
 from __future__ import annotations
 
+import ast
+import hashlib
 import json
 import os
 import time
@@ -25,6 +27,68 @@ MEASUREMENT_PARAMS = (
     "max_block_size",
     "power_interval_ms",
 )
+
+
+#: The directory of the opcost package this process imported.
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def _module_file(module: str) -> Path:
+    """``opcost`` -> its ``__init__.py``; ``opcost.x`` -> ``x.py`` of the package."""
+    if module == "opcost":
+        return PACKAGE_DIR / "__init__.py"
+    return PACKAGE_DIR / f"{module.removeprefix('opcost.')}.py"
+
+
+def _opcost_imports(source: str) -> set[str]:
+    """The opcost modules a Python source imports, at any level (functions included)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "opcost"}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module.split(".")[0] != "opcost":
+                continue
+            found.add(node.module)
+            if node.module == "opcost":
+                # `from opcost import x`: x is a module of the package or a name of it.
+                found |= {
+                    f"opcost.{a.name}"
+                    for a in node.names
+                    if _module_file(f"opcost.{a.name}").is_file()
+                }
+    return found
+
+
+@cache
+def code_version(script: str | Path) -> str:
+    """A hash of the opcost modules that a stage's script uses, directly or not.
+
+    A rule passes it as a parameter, so that a change to the code of its stage in the
+    package reruns the stage (Snakemake already reruns a rule whose script changed).
+    The modules are those the script imports, and those they import in turn (all of
+    them, also inside functions: a module too many reruns a stage needlessly, one too
+    few misses a change). Profiling rules take none: raw logs are ground truth, and a
+    new version of the package does not remeasure them. Computed once per process.
+
+    Args:
+        script: the stage's script (``workflow/scripts/<stage>.py``).
+
+    Returns:
+        16 hex digits of the SHA-256 of those modules' names and contents.
+    """
+    todo = sorted(_opcost_imports(Path(script).read_text()))
+    seen: set[str] = set()
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        todo += sorted(_opcost_imports(_module_file(module).read_text()) - seen)
+    digest = hashlib.sha256()
+    for module in sorted(seen):
+        digest.update(module.encode() + b"\0" + _module_file(module).read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
 
 
 @cache

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 from opcost.config import load_study
 from opcost.names import (
     MODEL_INPUT_PATTERN,
@@ -9,7 +11,14 @@ from opcost.names import (
 from opcost import workflow as wf
 from opcost import slurm as slurm_preflight
 from opcost import worker
+from opcost import snakemake_compat
 from opcost.spec import SPEC_VERSION
+
+# Snakemake 9 can form the profiling batches (profiles/slurm: groups, group-components)
+# twice and submit both: the same ops measured twice at once. This makes the batching
+# the same however often Snakemake forms it, and stops with one line on a Snakemake
+# whose internals it was not checked against (opcost.snakemake_compat).
+snakemake_compat.apply()
 
 # Schema checks ran in the Snakefile; this adds the checks of meaning (model names,
 # shapes, settings, safe names) so a bad config fails before any job starts.
@@ -37,6 +46,14 @@ onstart:
 
 
 UNIQUE_OPS = "results/ops/unique.parquet"
+
+
+def code_version(script):
+    # A hash of the opcost modules that workflow/scripts/<script> uses: a parameter of the
+    # rule that runs it, so a change to its stage's code in the package reruns it (and
+    # what depends on it). The profiling and sweep rules take none: raw logs are ground
+    # truth (opcost.workflow.code_version).
+    return wf.code_version(Path(workflow.basedir) / "workflow" / "scripts" / script)
 
 
 def get_unique_ops_path():

@@ -11,6 +11,8 @@ rule evaluate:
         "../../environment.yml"
     params:
         min_power_updates=config["evaluate"]["min_power_updates"],
+        # A change to the opcost modules the script uses reruns this rule.
+        opcost_code=code_version("evaluate.py"),
     script:
         "../scripts/evaluate.py"
 
@@ -32,5 +34,8 @@ rule failed_measurements:
         "logs/evaluate/{gpu}.failed.log",
     conda:
         "../../environment.yml"
+    params:
+        # A change to the opcost modules the script uses reruns this rule.
+        opcost_code=code_version("failed_measurements.py"),
     script:
         "../scripts/failed_measurements.py"

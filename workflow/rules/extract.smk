@@ -11,6 +11,8 @@ rule extract:
         functional_ops=config["extract"]["functional_ops"],
         # A new version of what a spec records reruns extraction (opcost.spec).
         spec_version=SPEC_VERSION,
+        # A change to the opcost modules the script uses reruns this rule.
+        opcost_code=code_version("extract.py"),
     script:
         "../scripts/extract.py"
 
@@ -24,5 +26,8 @@ checkpoint unique_ops:
         "logs/extract/unique.log",
     conda:
         "../../environment.yml"
+    params:
+        # A change to the opcost modules the script uses reruns this rule.
+        opcost_code=code_version("unique_ops.py"),
     script:
         "../scripts/unique_ops.py"

@@ -78,6 +78,8 @@ rule figure_proportionality:
         figure="proportionality",
         options={},
         style=FIGURE_STYLE,
+        # A change to the opcost modules the script uses reruns this rule.
+        opcost_code=code_version("figure.py"),
     script:
         "../scripts/figure.py"
 
@@ -101,6 +103,8 @@ rule figure_power_trace:
         figure="power_trace",
         options={},
         style=FIGURE_STYLE,
+        # A change to the opcost modules the script uses reruns this rule.
+        opcost_code=code_version("figure.py"),
     script:
         "../scripts/figure.py"
 
@@ -124,6 +128,8 @@ rule figure_startup_effect:
         figure="startup_effect",
         options={},
         style=FIGURE_STYLE,
+        # A change to the opcost modules the script uses reruns this rule.
+        opcost_code=code_version("figure.py"),
     script:
         "../scripts/figure.py"
 
@@ -151,6 +157,8 @@ rule figure_validation:
         figure="validation",
         options=lambda wildcards: {"size_class": wildcards.size},
         style=FIGURE_STYLE,
+        # A change to the opcost modules the script uses reruns this rule.
+        opcost_code=code_version("figure.py"),
     script:
         "../scripts/figure.py"
 
@@ -173,6 +181,8 @@ rule figure_network_energy:
         figure="network_energy",
         options={},
         style=FIGURE_STYLE,
+        # A change to the opcost modules the script uses reruns this rule.
+        opcost_code=code_version("figure.py"),
     script:
         "../scripts/figure.py"
 
@@ -195,6 +205,8 @@ rule figure_settings:
         figure="settings",
         options={},
         style=FIGURE_STYLE,
+        # A change to the opcost modules the script uses reruns this rule.
+        opcost_code=code_version("figure.py"),
     script:
         "../scripts/figure.py"
 
@@ -220,6 +232,8 @@ rule figure_prediction_ops:
         figure="prediction_ops",
         options={},
         style=FIGURE_STYLE,
+        # A change to the opcost modules the script uses reruns this rule.
+        opcost_code=code_version("figure.py"),
     script:
         "../scripts/figure.py"
 
@@ -242,6 +256,8 @@ rule figure_prediction_errors:
         figure="prediction_errors",
         options={},
         style=FIGURE_STYLE,
+        # A change to the opcost modules the script uses reruns this rule.
+        opcost_code=code_version("figure.py"),
     script:
         "../scripts/figure.py"
 
@@ -264,6 +280,8 @@ rule figure_prediction_op_types:
         figure="prediction_op_types",
         options={},
         style=FIGURE_STYLE,
+        # A change to the opcost modules the script uses reruns this rule.
+        opcost_code=code_version("figure.py"),
     script:
         "../scripts/figure.py"
 
@@ -286,5 +304,7 @@ rule figure_prediction_networks:
         figure="prediction_networks",
         options={},
         style=FIGURE_STYLE,
+        # A change to the opcost modules the script uses reruns this rule.
+        opcost_code=code_version("figure.py"),
     script:
         "../scripts/figure.py"

@@ -22,5 +22,7 @@ rule train:
     threads: 4
     params:
         train=config["train"],
+        # A change to the opcost modules the script uses reruns this rule.
+        opcost_code=code_version("train.py"),
     script:
         "../scripts/train.py"

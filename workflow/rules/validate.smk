@@ -19,6 +19,9 @@ rule validate_dataset:
         "logs/validate/dataset.log",
     conda:
         "../../environment.yml"
+    params:
+        # A change to the opcost modules the script uses reruns this rule.
+        opcost_code=code_version("validate_dataset.py"),
     script:
         "../scripts/validate_dataset.py"
 
@@ -47,5 +50,7 @@ rule validate_predictions:
     params:
         # The network predictions name their GPU configuration by path only.
         gpus=list(STUDY.gpus),
+        # A change to the opcost modules the script uses reruns this rule.
+        opcost_code=code_version("validate_predictions.py"),
     script:
         "../scripts/validate_predictions.py"
