@@ -48,12 +48,17 @@ onstart:
 UNIQUE_OPS = "results/ops/unique.parquet"
 
 
+# The stage scripts beside these rules (workflow/scripts), wherever the Snakefile that
+# includes them lies: a study may keep its own Snakefile in another directory.
+SCRIPTS_DIR = Path(str(workflow.current_basedir)).parent / "scripts"
+
+
 def code_version(script):
     # A hash of the opcost modules that workflow/scripts/<script> uses: a parameter of the
     # rule that runs it, so a change to its stage's code in the package reruns it (and
     # what depends on it). The profiling and sweep rules take none: raw logs are ground
     # truth (opcost.workflow.code_version).
-    return wf.code_version(Path(workflow.basedir) / "workflow" / "scripts" / script)
+    return wf.code_version(SCRIPTS_DIR / script)
 
 
 def get_unique_ops_path():
