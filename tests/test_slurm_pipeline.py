@@ -70,6 +70,21 @@ def _snakemake(
     )
 
 
+def _build_op_list(profile: Path, workdir: Path, config: Path) -> subprocess.CompletedProcess:
+    """Build the study's op list locally, so its profiling jobs are known at start-up."""
+    return _snakemake(
+        profile,
+        workdir,
+        "results/ops/unique.parquet",
+        "--executor",
+        "local",
+        "--cores",
+        "2",
+        configfile=config,
+        timeout_s=300,
+    )
+
+
 def _group_size(profile: Path) -> int:
     """The batch size the users' profile sets for the profiling group."""
     merged = yaml.safe_load((profile / "config.yaml").read_text())
@@ -140,17 +155,7 @@ def test_each_gpu_configuration_is_batched_on_its_own(tmp_path: Path) -> None:
     workdir.mkdir()
     profile = helpers.make_test_profile(tmp_path)
     # The op list first (locally): the profiling jobs appear behind that checkpoint.
-    first = _snakemake(
-        profile,
-        workdir,
-        "results/ops/unique.parquet",
-        "--executor",
-        "local",
-        "--cores",
-        "2",
-        configfile=config,
-        timeout_s=300,
-    )
+    first = _build_op_list(profile, workdir, config)
     assert first.returncode == 0, first.stderr[-3000:]
     dry = _snakemake(profile, workdir, "--dry-run", configfile=config, timeout_s=300)
     assert dry.returncode == 0, dry.stderr[-3000:]
@@ -324,17 +329,7 @@ def op_list_built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     config = root / "study.yaml"
     config.write_text(yaml.safe_dump(GROUPS_STUDY))
     profile = helpers.make_test_profile(root)
-    first = _snakemake(
-        profile,
-        workdir,
-        "results/ops/unique.parquet",
-        "--executor",
-        "local",
-        "--cores",
-        "2",
-        configfile=config,
-        timeout_s=300,
-    )
+    first = _build_op_list(profile, workdir, config)
     assert first.returncode == 0, first.stderr[-3000:]
     return workdir
 
