@@ -27,8 +27,8 @@ Also printed: the time the SLURM jobs held their GPU (allocation, from ``scontro
 op, which is what a cluster charges; and, for batches, the median gap between two
 members of one batch (for a process per job: that process's start-up).
 
-Needs a SLURM cluster. By default it uses the users' profile merged with the local test
-cluster's settings (``.ci/slurm-up.sh``, tests/slurm/profile); ``--profile`` runs it with
+Needs a SLURM cluster. By default it uses the users' profile edited for the local test
+cluster (``.ci/slurm-up.sh``, tests/slurm/conftest_helpers.py); ``--profile`` runs it with
 any profile, e.g. your site's ``profiles/slurm`` on a real cluster, where the numbers then
 include real queue waits.
 

@@ -164,13 +164,9 @@ def test_profile_sets_the_status_command_in_its_edit_block() -> None:
 
 
 def _shipped_status_profile(tmp_path: Path) -> Path:
-    """The users' profile with the test cluster's partition and sizes, but the status
-    command as shipped (the test cluster's own settings choose squeue)."""
-    site = yaml.safe_load(helpers.TEST_OVERRIDES.read_text())
-    del site[preflight.STATUS_COMMAND_KEY]
-    overrides = tmp_path / "site.yaml"
-    overrides.write_text(yaml.safe_dump(site))
-    return helpers.make_test_profile(tmp_path, overrides=overrides)
+    """The users' profile edited for the test cluster, but with the status command as
+    shipped (sacct)."""
+    return helpers.make_test_profile(tmp_path, status_command=None)
 
 
 def _run_study(profile: Path, workdir: Path, env: dict[str, str]) -> tuple[str, int, float]:

@@ -27,21 +27,34 @@ def _read(workdir: Path, name: str) -> dict:
     return json.loads((workdir / name).read_text())
 
 
-def test_merge_profile_replaces_deletes_and_recurses() -> None:
-    base = {"a": 1, "d": {"x": 1, "y": 2}, "keep": [1, 2]}
-    overrides = {"a": None, "d": {"y": 3, "z": 4}, "keep": [9], "new": "v"}
-    merged = helpers.merge_profile(base, overrides)
-    assert merged == {"d": {"x": 1, "y": 3, "z": 4}, "keep": [9], "new": "v"}
-    assert base == {"a": 1, "d": {"x": 1, "y": 2}, "keep": [1, 2]}
-
-
-def test_test_profile_keeps_users_settings(tmp_path: Path) -> None:
-    merged = yaml.safe_load((helpers.make_test_profile(tmp_path) / "config.yaml").read_text())
+def test_test_profile_is_the_users_profile_edited_in_its_edit_block_only(tmp_path: Path) -> None:
+    shipped = helpers.USERS_PROFILE.read_text().splitlines()
+    edited = (helpers.make_test_profile(tmp_path) / "config.yaml").read_text().splitlines()
+    start = next(i for i, line in enumerate(shipped) if "EDIT FOR YOUR CLUSTER" in line)
+    end = next(i for i in range(start + 1, len(shipped)) if shipped[i].startswith("# ====="))
+    block = slice(start, end + 1)
+    # Outside the edit block the two are the same, line for line.
+    assert shipped[: block.start] == edited[: block.start]
+    n_after = len(shipped) - block.stop
+    assert shipped[block.stop :] == edited[len(edited) - n_after :]
+    # Inside it: one line fewer (the account) and only these values changed.
+    changed = sorted(set(shipped[block]) ^ set(edited[block.start : len(edited) - n_after]))
+    assert changed == sorted(
+        [
+            "  slurm_partition: \"'EDIT_ME_cpu_partition'\"",
+            "  slurm_partition: \"'debug'\"",
+            "  slurm_account: \"'EDIT_ME_account'\"",
+            "    slurm_partition: \"'EDIT_ME_gpu_partition'\"",
+            "    slurm_partition: \"'debug'\"",
+            "slurm-status-command: sacct",
+            "slurm-status-command: squeue",
+        ]
+    )
+    merged = yaml.safe_load("\n".join(edited))
     assert merged["executor"] == "slurm"
-    assert merged["default-resources"]["runtime"] == "30 * attempt"
-    assert merged["default-resources"]["slurm_partition"] == "'debug'"
     assert "slurm_account" not in merged["default-resources"]
-    assert merged["set-resources"]["profile_op"]["gpu"] == 1
+    assert merged["set-resources"]["profile_op"]["slurm_partition"] == "'debug'"
+    assert merged["set-resources"]["profile_network"]["slurm_partition"] == "'debug'"
     assert merged["slurm-status-command"] == "squeue"
 
 

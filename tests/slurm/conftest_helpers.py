@@ -1,9 +1,8 @@
 """Helpers for tests that run Snakemake on the local SLURM test cluster.
 
-Snakemake profiles cannot inherit from one another, so the site settings of the test
-cluster (tests/slurm/profile/config.yaml) are merged over the users' profile
-(profiles/slurm/config.yaml) into a temporary profile. The tests thereby exercise the
-profile users get, with only the values a site must edit replaced.
+The tests run the users' profile (profiles/slurm/config.yaml) edited as the README tells
+a user to edit it, and no further: the partitions, the account line deleted (the test
+cluster has no accounts) and the status command (it keeps no accounting).
 """
 
 # No `from __future__ import annotations`: bench/slurm_overhead.py loads this file by
@@ -16,61 +15,75 @@ import subprocess
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
-
-import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 USERS_PROFILE = REPO_ROOT / "profiles" / "slurm" / "config.yaml"
-TEST_OVERRIDES = Path(__file__).resolve().parent / "profile" / "config.yaml"
+# The test cluster of .ci/slurm-up.sh: one partition for CPU and GPU jobs.
+TEST_PARTITION = "debug"
 
 
-def merge_profile(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """Return ``base`` with ``overrides`` merged in, recursively for mappings.
-
-    A mapping in both is merged key by key; any other override value replaces the base
-    value; an override of ``None`` deletes the key (how the test profile drops the users'
-    ``slurm_account``). Lists are replaced, not concatenated.
+def edit_users_profile(
+    text: str,
+    cpu_partition: str,
+    gpu_partition: str,
+    account: str | None,
+    status_command: str | None,
+) -> str:
+    """The users' profile text with the site values of its edit block filled in.
 
     Args:
-        base: the users' profile, as parsed from YAML.
-        overrides: the site settings to apply.
+        text: profiles/slurm/config.yaml as shipped.
+        cpu_partition: replaces ``EDIT_ME_cpu_partition``.
+        gpu_partition: replaces ``EDIT_ME_gpu_partition`` (every occurrence).
+        account: replaces ``EDIT_ME_account``; ``None`` deletes the ``slurm_account`` line,
+            as a user of a cluster without accounts does.
+        status_command: the value of ``slurm-status-command``; ``None`` keeps the shipped one.
 
-    Returns:
-        A new mapping; neither argument is modified.
+    Raises:
+        AssertionError: a value to edit is not where the README says it is.
     """
-    merged = dict(base)
-    for key, value in overrides.items():
-        if value is None:
-            merged.pop(key, None)
-        elif isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = merge_profile(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
+
+    def replace(old: str, new: str, count: int | None = None) -> None:
+        nonlocal text
+        found = text.count(old)
+        assert found, f"{old!r} not in the profile"
+        assert count is None or found == count, f"{old!r} found {found} times"
+        text = text.replace(old, new)
+
+    replace("'EDIT_ME_cpu_partition'", f"'{cpu_partition}'", 1)
+    replace("'EDIT_ME_gpu_partition'", f"'{gpu_partition}'")
+    if account is None:
+        line = re.search(r"^ *slurm_account: \"'EDIT_ME_account'\"\n", text, re.M)
+        assert line, "no slurm_account line to delete"
+        text = text[: line.start()] + text[line.end() :]
+    else:
+        replace("'EDIT_ME_account'", f"'{account}'", 1)
+    if status_command is not None:
+        replace("\nslurm-status-command: sacct\n", f"\nslurm-status-command: {status_command}\n", 1)
+    return text
 
 
-def make_test_profile(
-    tmp_path: Path,
-    users_profile: Path = USERS_PROFILE,
-    overrides: Path = TEST_OVERRIDES,
-) -> Path:
-    """Write the users' profile merged with the test cluster's settings.
+def make_test_profile(tmp_path: Path, status_command: str | None = "squeue") -> Path:
+    """Write the users' profile, edited for the test cluster as a user edits it.
 
     Args:
         tmp_path: directory to create the profile in (e.g. pytest's ``tmp_path``).
-        users_profile: the users' profile config.yaml.
-        overrides: the test cluster's site settings.
+        status_command: ``squeue`` (the test cluster keeps no accounting), or ``None``
+            to keep the shipped ``sacct``.
 
     Returns:
         The profile directory, ready for ``snakemake --profile``.
     """
-    base = yaml.safe_load(users_profile.read_text())
-    site = yaml.safe_load(overrides.read_text())
+    text = edit_users_profile(
+        USERS_PROFILE.read_text(),
+        cpu_partition=TEST_PARTITION,
+        gpu_partition=TEST_PARTITION,
+        account=None,
+        status_command=status_command,
+    )
     profile_dir = tmp_path / "slurm-test-profile"
     profile_dir.mkdir(parents=True, exist_ok=True)
-    merged = merge_profile(base, site)
-    (profile_dir / "config.yaml").write_text(yaml.safe_dump(merged, sort_keys=False))
+    (profile_dir / "config.yaml").write_text(text)
     return profile_dir
 
 
