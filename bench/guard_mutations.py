@@ -968,7 +968,7 @@ GUARDS: tuple[Guard, ...] = (
         "stage-code-change-reruns-stage",
         "faults",
         "workflow/rules/common.smk",
-        '    return wf.code_version(Path(workflow.basedir) / "workflow" / "scripts" / script)\n',
+        "    return wf.code_version(SCRIPTS_DIR / script)\n",
         '    return "unchanged"\n',
         "tests/test_reruns.py::"
         "test_a_change_to_a_stage_module_reruns_that_stage_and_no_profiling[train.py-train]",

@@ -1,13 +1,11 @@
 """Run the real pipeline through a real SLURM cluster with the users' SLURM profile.
 
-The study is the default one, ``config/config.yaml`` (on a machine without a GPU it
-measures on the CPU); the profile is the users' ``profiles/slurm`` with the test cluster's
-site settings merged in (``tests/slurm/profile/config.yaml``). Needs a running controller
-(``.ci/slurm-up.sh`` starts a single-node one). Skipped when there is none, unless
-``OPCOST_REQUIRE_SLURM=1``, which turns the skip into a failure (for CI).
-
-About 10 minutes on 2 cores: 356 profiling jobs of at least 1.2 s each (warm-up and
-``min_run_time_s``), in batches whose jobs run in one Snakemake process each.
+The profile is the users' ``profiles/slurm``, edited as a user edits it
+(tests/slurm/conftest_helpers.py). The default study, ``config/config.yaml`` (on a
+machine without a GPU it measures on the CPU), runs to the end; a smaller study then goes
+through the reruns of issue 20, each checked for doing exactly what changed. Needs a
+running controller (``.ci/slurm-up.sh`` starts a single-node one). Skipped when there is
+none, unless ``OPCOST_REQUIRE_SLURM=1``, which turns the skip into a failure (for CI).
 """
 
 from __future__ import annotations
@@ -21,6 +19,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -334,16 +333,35 @@ def op_list_built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return workdir
 
 
-def _all_profiling_jobs(workdir: Path, settings: list[str]) -> list[tuple[str, str]]:
-    """(wildcard name, raw file prefix) of every profiling job of GROUPS_STUDY, by hand."""
-    op_ids = sorted(pd.read_parquet(workdir / "results/ops/unique.parquet")["op_id"])
-    networks = ["resnet18_2x3x32x32", "toymodels.nets.tiny_mlp_8x16"]
+def _model_inputs(study: dict) -> list[str]:
+    """The study's model-input names, as the raw files name them (by hand, not by opcost)."""
+    names = []
+    for entry in study["models"]:
+        model = entry["model"].replace(":", ".")
+        names += [f"{model}_{'x'.join(str(d) for d in shape)}" for shape in entry["inputs"]]
+    return names
+
+
+def _all_profiling_jobs(
+    workdir: Path,
+    settings: list[str],
+    study: dict = GROUPS_STUDY,
+    gpus: tuple[str, ...] = ("local",),
+    op_ids: list[str] | None = None,
+    networks: list[str] | None = None,
+) -> list[tuple[str, str]]:
+    """(wildcard name, raw file prefix) of every profiling job of a study, by hand."""
+    if op_ids is None:
+        op_ids = sorted(pd.read_parquet(workdir / "results/ops/unique.parquet")["op_id"])
+    if networks is None:
+        networks = _model_inputs(study)
     jobs = []
-    for setting in settings:
-        for mode in GROUPS_STUDY["modes"]:
-            base = f"local/{setting}/{mode}"
-            jobs += [(f"{base}/{o}", f"results/raw/{base}/ops/{o}") for o in op_ids]
-            jobs += [(f"{base}/{n}", f"results/raw/{base}/networks/{n}") for n in networks]
+    for gpu in gpus:
+        for setting in settings:
+            for mode in study["modes"]:
+                base = f"{gpu}/{setting}/{mode}"
+                jobs += [(f"{base}/{o}", f"results/raw/{base}/ops/{o}") for o in op_ids]
+                jobs += [(f"{base}/{n}", f"results/raw/{base}/networks/{n}") for n in networks]
     return jobs
 
 
@@ -391,51 +409,217 @@ def test_each_profiling_job_is_in_exactly_one_batch(
     assert len(batches) == math.ceil(len(expected) / size)
 
 
-@pytest.mark.slurm
-@pytest.mark.slow
-@pytest.mark.usefixtures("slurm_cluster")
-def test_profiling_known_at_start_runs_each_job_once_through_slurm(
-    op_list_built: Path, tmp_path: Path
-) -> None:
-    """Issue 20 through the real SLURM: with the op list built first, every profiling job
-    runs in exactly one batch, each raw pair is written once, and the run reaches the end
-    (before, the same jobs went to SLURM twice and the run stopped after profiling)."""
-    workdir = tmp_path / "work"
+# --- issue 20: reruns through SLURM do exactly what changed --------------------------
+#
+# One working directory goes through the cases in turn, each a run through the real SLURM
+# with the users' profile (edited as a user edits it) that must reach the end: (c) the
+# op list built first, (a) nothing changed, (f) a training parameter changed, (e) two raw
+# files deleted, (b) a new network whose ops partly exist, (d) a new GPU configuration.
+# Each case starts from the state the one before left, so they run in this order; a case
+# whose predecessor failed fails at once.
+
+
+@dataclass
+class Chain:
+    workdir: Path
+    profile: Path
+    config: Path
+    study: dict
+    done: list[str] = field(default_factory=list)
+
+    def require(self, *cases: str) -> None:
+        missing = [case for case in cases if case not in self.done]
+        if missing:
+            pytest.fail(f"runs on the state that case(s) {missing} leave; they failed")
+
+    def write_study(self) -> None:
+        self.config.write_text(yaml.safe_dump(self.study))
+
+
+@pytest.fixture(scope="module")
+def chain(op_list_built: Path, tmp_path_factory: pytest.TempPathFactory) -> Chain:
+    root = tmp_path_factory.mktemp("chain")
+    workdir = root / "work"
     shutil.copytree(op_list_built, workdir, symlinks=True)
-    config = tmp_path / "study.yaml"
-    config.write_text(yaml.safe_dump(GROUPS_STUDY))
-    profile = helpers.make_test_profile(tmp_path)
+    chain = Chain(workdir, helpers.make_test_profile(root), root / "study.yaml", GROUPS_STUDY)
+    chain.study = json.loads(json.dumps(GROUPS_STUDY))
+    chain.write_study()
+    return chain
+
+
+def _raw_files(workdir: Path) -> dict[str, int]:
+    """Every raw file of the working directory and its modification time, ns."""
+    raw = workdir / "results" / "raw"
+    return {
+        str(p.relative_to(workdir)): p.stat().st_mtime_ns for p in raw.rglob("*") if p.is_file()
+    }
+
+
+def _run_to_the_end(chain: Chain) -> tuple[str, list[helpers.Submission]]:
+    """Run the study through SLURM; it must end with every step done and nothing left."""
     proc = _snakemake(
-        profile, workdir, "--slurm-keep-successful-logs", configfile=config, timeout_s=900
+        chain.profile,
+        chain.workdir,
+        "--slurm-keep-successful-logs",
+        configfile=chain.config,
+        timeout_s=900,
     )
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-6000:]
-    # To the end, counted right: "288 of 157 steps (183%) done" was the defect.
-    steps = re.findall(r"(\d+) of (\d+) steps \(\d+%\) done", log)
-    assert steps
-    assert steps[-1][0] == steps[-1][1], steps[-3:]
-    again = _snakemake(profile, workdir, "--dry-run", configfile=config, timeout_s=300)
-    assert "Nothing to be done" in again.stdout + again.stderr
-
-    expected = dict(_all_profiling_jobs(workdir, ["default"]))
     subs = helpers.submissions(log)
-    assert len({s.slurm_job_id for s in subs}) == len(subs)
-    batches = [s for s in subs if s.is_group]
-    size = _group_size(profile)
-    assert len(batches) == math.ceil(len(expected) / size)
+    assert len({s.slurm_job_id for s in subs}) == len(subs), "a SLURM job id logged twice"
+    if subs:
+        # To the end, counted right: "288 of 157 steps (183%) done" was the defect.
+        steps = re.findall(r"(\d+) of (\d+) steps \(\d+%\) done", log)
+        assert steps
+        assert steps[-1][0] == steps[-1][1], steps[-3:]
+    again = _snakemake(
+        chain.profile, chain.workdir, "--dry-run", configfile=chain.config, timeout_s=300
+    )
+    assert "Nothing to be done" in again.stdout + again.stderr, again.stdout[-3000:]
+    return log, subs
+
+
+def _profiled(chain: Chain, subs: list[helpers.Submission]) -> list[str]:
+    """The profiling jobs the run's batches ran (``gpu/setting/mode/name``), each checked:
+    no profiling job went to SLURM alone, batches stay within the profile's size, and
+    each raw pair's job log names the batch that wrote it."""
+    assert not [s for s in subs if not s.is_group and "profile" in s.name], subs
+    size = _group_size(chain.profile)
     ran: list[str] = []
-    for batch in batches:
+    for batch in (s for s in subs if s.is_group):
         members = helpers.target_jobs(batch.slurm_log)
         assert 1 <= len(members) <= size
         assert "already measured by another job" not in batch.slurm_log.read_text()
         for member in members:
-            _, wc = helpers.job_wildcards(member)
-            name = (
-                f"{wc['gpu']}/{wc['setting']}/{wc['mode']}/{wc.get('op_id') or wc['model_input']}"
-            )
-            ran.append(name)
-            # The pair on disk is this batch's measurement: its job log names the batch.
-            job_log = workdir / f"{expected[name].replace('results/raw/', 'logs/profile/', 1)}.log"
-            assert json.loads(job_log.read_text())["slurm_job_id"] == batch.slurm_job_id
-            assert (workdir / f"{expected[name]}.json").is_file()
-    assert sorted(ran) == sorted(expected)
+            rule, wc = helpers.job_wildcards(member)
+            name = wc.get("op_id") or wc["model_input"]
+            kind = "ops" if rule == "profile_op" else "networks"
+            rel = f"{wc['gpu']}/{wc['setting']}/{wc['mode']}/{kind}/{name}"
+            job_log = json.loads((chain.workdir / f"logs/profile/{rel}.log").read_text())
+            assert job_log["slurm_job_id"] == batch.slurm_job_id
+            for ext in ("json", "csv"):
+                assert (chain.workdir / f"results/raw/{rel}.{ext}").is_file()
+            ran.append(f"{wc['gpu']}/{wc['setting']}/{wc['mode']}/{name}")
+    return ran
+
+
+def _names(jobs: list[tuple[str, str]]) -> list[str]:
+    return sorted(name for name, _ in jobs)
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+@pytest.mark.usefixtures("slurm_cluster")
+def test_c_op_list_built_first_profiles_each_job_once_through_slurm(chain: Chain) -> None:
+    """(c) With the op list built first, every profiling job runs in exactly one batch and
+    the run reaches the end (before: the same jobs went to SLURM twice, and the run
+    stopped after profiling with exit code 0)."""
+    log, subs = _run_to_the_end(chain)
+    expected = _all_profiling_jobs(chain.workdir, ["default"])
+    ran = _profiled(chain, subs)
+    assert sorted(ran) == _names(expected)
+    size = _group_size(chain.profile)
+    assert sum(s.is_group for s in subs) == math.ceil(len(expected) / size)
+    chain.done.append("c")
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+@pytest.mark.usefixtures("slurm_cluster")
+def test_a_rerun_with_nothing_changed_submits_nothing(chain: Chain) -> None:
+    """(a) The same command again: no SLURM job, no file touched."""
+    chain.require("c")
+    before = _raw_files(chain.workdir)
+    log, subs = _run_to_the_end(chain)
+    assert subs == []
+    assert "Nothing to be done" in log
+    assert _raw_files(chain.workdir) == before
+    chain.done.append("a")
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+@pytest.mark.usefixtures("slurm_cluster")
+def test_f_changed_training_parameter_reruns_training_and_no_profiling(chain: Chain) -> None:
+    """(f) A training parameter changed: training and what follows rerun; no profiling,
+    no evaluation, and no raw file touched."""
+    chain.require("a")
+    before = _raw_files(chain.workdir)
+    chain.study["train"] = {"n_estimators": 50}
+    chain.write_study()
+    _, subs = _run_to_the_end(chain)
+    names = Counter(s.name for s in subs)
+    assert names["rule_train"] == 1
+    assert not [s for s in subs if s.is_group or "profile" in s.name or "extract" in s.name]
+    assert names["rule_evaluate"] == 0
+    assert _raw_files(chain.workdir) == before
+    chain.done.append("f")
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+@pytest.mark.usefixtures("slurm_cluster")
+def test_e_deleted_raw_files_are_measured_again_through_slurm(chain: Chain) -> None:
+    """(e) Two raw files deleted (one op's JSON, another op's CSV): exactly those two
+    measurements run again, each writing its whole pair, and the dataset is rebuilt."""
+    chain.require("f")
+    jobs = _all_profiling_jobs(chain.workdir, ["default"])
+    op_jobs = [(name, prefix) for name, prefix in jobs if "/ops/" in prefix]
+    (name_a, prefix_a), (name_b, prefix_b) = op_jobs[0], op_jobs[-1]
+    (chain.workdir / f"{prefix_a}.json").unlink()
+    (chain.workdir / f"{prefix_b}.csv").unlink()
+    before = _raw_files(chain.workdir)
+    _, subs = _run_to_the_end(chain)
+    assert sorted(_profiled(chain, subs)) == sorted([name_a, name_b])
+    after = _raw_files(chain.workdir)
+    remeasured = {f"{p}.{ext}" for p in (prefix_a, prefix_b) for ext in ("json", "csv")}
+    assert set(after) == set(before) | remeasured
+    assert {k: v for k, v in after.items() if k not in remeasured} == {
+        k: v for k, v in before.items() if k not in remeasured
+    }
+    assert Counter(s.name for s in subs)["rule_evaluate"] == 1
+    chain.done.append("e")
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+@pytest.mark.usefixtures("slurm_cluster")
+def test_b_new_network_profiles_only_its_new_ops_through_slurm(chain: Chain) -> None:
+    """(b) A new network whose ops partly exist: only its new ops and itself are measured,
+    each once, and the run reaches the figures."""
+    chain.require("e")
+    old_ops = set(pd.read_parquet(chain.workdir / "results/ops/unique.parquet")["op_id"])
+    before = _raw_files(chain.workdir)
+    chain.study["models"].append({"model": "resnet50", "inputs": [[2, 3, 32, 32]]})
+    chain.write_study()
+    _, subs = _run_to_the_end(chain)
+    new_table = pd.read_parquet(chain.workdir / "results/ops/resnet50_2x3x32x32.parquet")
+    new_ops = sorted(set(new_table["op_id"]) - old_ops)
+    assert new_ops, "resnet50 brings no new op: the case tests nothing"
+    assert set(new_table["op_id"]) & old_ops, "resnet50 shares no op: not 'partly'"
+    expected = _all_profiling_jobs(
+        chain.workdir, ["default"], op_ids=new_ops, networks=["resnet50_2x3x32x32"]
+    )
+    assert sorted(_profiled(chain, subs)) == _names(expected)
+    assert all(before[k] == v for k, v in _raw_files(chain.workdir).items() if k in before)
+    assert (chain.workdir / "results/figures").is_dir()
+    chain.done.append("b")
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+@pytest.mark.usefixtures("slurm_cluster")
+def test_d_new_gpu_configuration_profiles_only_that_configuration(chain: Chain) -> None:
+    """(d) A second configuration (on the CPU here): all of its jobs and nothing else."""
+    chain.require("b")
+    before = _raw_files(chain.workdir)
+    chain.study["gpus"]["local2"] = {"device": "cpu", "settings": ["default"]}
+    chain.write_study()
+    _, subs = _run_to_the_end(chain)
+    expected = _all_profiling_jobs(chain.workdir, ["default"], chain.study, gpus=("local2",))
+    assert sorted(_profiled(chain, subs)) == _names(expected)
+    assert _raw_files(chain.workdir).items() >= before.items()
+    names = Counter(s.name for s in subs)
+    assert (names["rule_evaluate"], names["rule_train"]) == (1, 1)
+    chain.done.append("d")
