@@ -974,6 +974,34 @@ GUARDS: tuple[Guard, ...] = (
         "test_a_change_to_a_stage_module_reruns_that_stage_and_no_profiling[train.py-train]",
         "common.smk: every stage's code version a constant (a code change reruns nothing)",
     ),
+    # --- issue 21: weak tests ---
+    Guard(
+        "schema-sweep-section",
+        "bad input",
+        SCHEMA,
+        "  sweep:\n    description: >\n",
+        "  sweep_gone:\n    description: >\n",
+        "tests/test_sweep.py::test_defaults_agree_with_the_config_schema",
+        "schema: the sweep section gone (renamed)",
+    ),
+    Guard(
+        "schema-sweep-section-rules",
+        "bad input",
+        SCHEMA,
+        "  sweep:\n    description: >\n",
+        "  sweep_gone:\n    description: >\n",
+        "tests/test_figures.py::test_sweep_rules_run_on_the_cpu",
+        "schema: the sweep section gone (renamed)",
+    ),
+    Guard(
+        "train-rule-present",
+        "faults",
+        "workflow/rules/train.smk",
+        "rule train:\n",
+        "rule fit:\n",
+        "tests/test_reruns.py::test_changing_a_training_hyperparameter_reruns_no_measurement",
+        "train.smk: rule train renamed (the graph has no train rule)",
+    ),
 )
 
 

@@ -71,6 +71,16 @@ def recorded(path: Path) -> list[list[str]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def as_ordinary_user(argv: list[str]) -> list[str]:
+    """``argv`` run with a plain user's rights over files: as root, it runs without any
+    capability (util-linux's ``setpriv``), so file modes bind it as they bind the files'
+    owner; otherwise unchanged. Root's files and the interpreter stay reachable, which a
+    switch to another user (``nobody``) cannot promise: Python may live under /root."""
+    if os.geteuid() != 0:
+        return argv
+    return ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--", *argv]
+
+
 def changes(path: Path) -> list[list[str]]:
     """The recorded calls that change the card (lock, limit, reset), in order."""
     return [c for c in recorded(path) if {"-lgc", "-rgc", "-pl"} & set(c)]

@@ -11,6 +11,7 @@ import sys
 
 import pandas as pd
 import pytest
+from conftest import as_ordinary_user
 
 
 def snakemake_argv(repo, workdir, *args):
@@ -78,7 +79,12 @@ def test_tiny_study_runs_end_to_end_and_a_rerun_does_nothing(repo, tmp_path):
     assert dataset["power_w"].isna().all()  # the CPU measures time only
     # Raw logs are write-protected ground truth.
     raw = next((tmp_path / "results/raw").rglob("*.json"))
-    assert not os.access(raw, os.W_OK) or os.geteuid() == 0
+    # Not writable to its owner either (as root: root without its capabilities).
+    probe = "import os, sys; print(os.access(sys.argv[1], os.W_OK))"
+    access = subprocess.run(
+        as_ordinary_user([sys.executable, "-c", probe, str(raw)]), capture_output=True, text=True
+    )
+    assert access.stdout == "False\n", access.stderr
     assert not raw.stat().st_mode & 0o222
     again = snakemake(repo, tmp_path, "-n", *config)
     assert again.returncode == 0
