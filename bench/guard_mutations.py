@@ -267,11 +267,11 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         "profile-temporary-csv",
         "faults",
-        "src/opcost/profile.py",
+        "src/opcost/io.py",
         '    return path.with_name(f".{path.name}.tmp-{os.getpid()}")',
         "    return path",
         FAULTS + "test_job_killed_mid_measurement_leaves_no_final_output[SIGKILL]",
-        "profile._staged: write the CSV and JSON under their final names",
+        "io.staged_path: write the CSV and JSON under their final names",
     ),
     Guard(
         "profile-temporary-removed",
