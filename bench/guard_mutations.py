@@ -974,6 +974,25 @@ GUARDS: tuple[Guard, ...] = (
         "test_a_change_to_a_stage_module_reruns_that_stage_and_no_profiling[train.py-train]",
         "common.smk: every stage's code version a constant (a code change reruns nothing)",
     ),
+    # --- issue 21: evalmeasure ---
+    Guard(
+        "schemas-doc-generated",
+        "faults",
+        "src/opcost/schemas.py",
+        '"W̄_filtered, mean after the 3σ filter (3.3)"',
+        '"mean power"',
+        "tests/test_schemas.py::test_formats_md_matches_the_schemas",
+        "schemas.py: a column's meaning changed without regenerating docs/formats.md",
+    ),
+    Guard(
+        "profile-options-schema-defaults",
+        "faults",
+        "src/opcost/profile.py",
+        '        min_run_time_s=float(option("min_run_time_s")),',
+        '        min_run_time_s=float(profile_config.get("min_run_time_s", 1.0)),',
+        "tests/test_harness.py::test_profile_options_default_to_the_config_schema",
+        "profile.options_for: a default repeated as a literal beside the config schema",
+    ),
 )
 
 

@@ -393,3 +393,23 @@ def test_gc_is_restored_after_a_failing_step_and_left_off_if_it_was_off():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_profile_options_default_to_the_config_schema(monkeypatch):
+    """A key missing from the profile section takes the schema's default, not a literal."""
+    import copy
+
+    import opcost.config
+
+    schema = copy.deepcopy(opcost.config.load_schema())
+    section = schema["properties"]["profile"]["properties"]
+    section["min_run_time_s"]["default"] = 0.125
+    section["max_block_size"]["default"] = 7
+    monkeypatch.setattr(opcost.config, "load_schema", lambda *a, **k: schema)
+    profile.profile_defaults.cache_clear()
+    try:
+        opts = profile.options_for(CPU, "inference", {"warmup_s": 0.5})
+    finally:
+        profile.profile_defaults.cache_clear()
+    assert (opts.min_run_time_s, opts.max_block_size, opts.warmup_s) == (0.125, 7, 0.5)
+    assert opts.block_size == section["block_size"]["default"]

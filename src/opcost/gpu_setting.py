@@ -510,7 +510,10 @@ def recover_stale_setting(gpu: str, command: Sequence[str] = DEFAULT_COMMAND) ->
 
 
 def _write_marker(path: Path, gpu: str, setting: Setting, command: tuple[str, ...]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write the marker atomically: a reader sees no marker or a whole one."""
+    # Imported here: the privileged script (main) must not load pandas.
+    from opcost.io import write_atomic
+
     marker = {
         "gpu": gpu,
         "setting": setting.name,
@@ -520,10 +523,7 @@ def _write_marker(path: Path, gpu: str, setting: Setting, command: tuple[str, ..
         "command": list(command),
         "applied_unix_s": time.time(),
     }
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(marker) + "\n")
-    # Atomic: a reader sees no marker or a whole one.
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(marker) + "\n")
 
 
 def _raise_system_exit(signum: int, frame: FrameType | None) -> None:
