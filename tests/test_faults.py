@@ -21,7 +21,7 @@ nvidia-smi (against the fake, tests/fakes/nvidia-smi; the job fails naming the c
 - never a plausible empty result: a log without a usable row, or with none in the timed
   window, or missing, fails naming the file: powerlog.py:read_power_log
   (``n_usable == 0``; ``test_unusable_log_fails_naming_the_file``,
-  ``test_missing_log_fails_naming_the_file``), evaluate.py:_power_columns
+  ``test_missing_log_fails_naming_the_file``), method.py:power_columns
   (``test_no_row_in_window_fails_naming_the_file``), evaluate.py:evaluate_measurement
   (``test_power_log_missing_for_a_power_measurement_fails``,
   ``test_an_unusable_log_fails_the_gpu_naming_the_file``)
@@ -34,7 +34,7 @@ A profiling job:
   ``test_op_that_cannot_run_here_is_recorded_as_failed``); any other error fails the job
   (``test_other_errors_fail_the_job_loudly``)
 - killed (SIGTERM, SIGKILL) mid-measurement, it leaves no final output: profile.py:_power_log
-  (temporary CSV) and profile.py:write_atomic
+  (temporary CSV) and opcost.io.staged_path
   (``test_job_killed_mid_measurement_leaves_no_final_output``)
 - a changed GPU setting is restored: after an error, gpu_setting.py:applied_setting
   (``test_wrapper_resets_after_error_in_block``,

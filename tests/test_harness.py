@@ -14,6 +14,7 @@ from opcost import harness, profile
 from opcost.config import GpuConfig
 from opcost.extract import extract_model_input
 from opcost.names import ModelInput, parse_setting
+from opcost.schemas import GPU_ONLY_FIELDS, RECORD_FIELDS
 
 CONV_SPEC = {
     "kind": "module",
@@ -315,53 +316,15 @@ def _job(tmp_path, spec=CONV_SPEC, mode="inference", **kw):
     )
 
 
-DOCUMENTED_KEYS = {
-    "schema_version",
-    "status",
-    "failure_reason",
-    "kind",
-    "op_id",
-    "model_input",
-    "spec",
-    "mode",
-    "gpu",
-    "setting",
-    "device",
-    "dtype",
-    "tf32",
-    "block_size",
-    "warmup_iterations",
-    "min_run_time_s",
-    "number_per_run",
-    "calls_per_backward",
-    "block_times_s",
-    "iterations",
-    "total_time_s",
-    "sigma_total_time_s",
-    "timed_start_unix_s",
-    "timed_end_unix_s",
-    "utc_offset_s",
-    "energy_counter_start_mj",
-    "energy_counter_end_mj",
-    "power_available",
-    "power_fields",
-    "peak_memory_bytes",
-    "gpu_name",
-    "gpu_uuid",
-    "driver_version",
-    "cuda_version",
-    "torch_version",
-    "host",
-    "started_unix_s",
-    "finished_unix_s",
-}
+#: The record's fields (docs/formats.md is generated from the same declaration).
+DOCUMENTED_KEYS = set(RECORD_FIELDS) - set(GPU_ONLY_FIELDS)
 
 
 def test_job_json_has_every_documented_field(tmp_path):
     record = _job(tmp_path, mode="training")
     on_disk = json.loads((tmp_path / "op.json").read_text())
     assert on_disk == json.loads(json.dumps(record))
-    assert set(on_disk) >= DOCUMENTED_KEYS
+    assert set(on_disk) == DOCUMENTED_KEYS  # every field declared, nothing undeclared
     assert on_disk["status"] == "ok"
     assert on_disk["power_available"] is False
     assert on_disk["iterations"] == len(on_disk["block_times_s"]) * on_disk["number_per_run"]
@@ -430,3 +393,23 @@ def test_gc_is_restored_after_a_failing_step_and_left_off_if_it_was_off():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_profile_options_default_to_the_config_schema(monkeypatch):
+    """A key missing from the profile section takes the schema's default, not a literal."""
+    import copy
+
+    import opcost.config
+
+    schema = copy.deepcopy(opcost.config.load_schema())
+    section = schema["properties"]["profile"]["properties"]
+    section["min_run_time_s"]["default"] = 0.125
+    section["max_block_size"]["default"] = 7
+    monkeypatch.setattr(opcost.config, "load_schema", lambda *a, **k: schema)
+    profile.profile_defaults.cache_clear()
+    try:
+        opts = profile.options_for(CPU, "inference", {"warmup_s": 0.5})
+    finally:
+        profile.profile_defaults.cache_clear()
+    assert (opts.min_run_time_s, opts.max_block_size, opts.warmup_s) == (0.125, 7, 0.5)
+    assert opts.block_size == section["block_size"]["default"]

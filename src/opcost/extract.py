@@ -38,6 +38,7 @@ from torch.overrides import TorchFunctionMode, resolve_name
 
 from opcost import spec as specs
 from opcost.names import ModelInput
+from opcost.schemas import OPS, UNIQUE_OPS
 
 #: Torch calls that read metadata or convert to Python and launch no work.
 _METADATA = re.compile(
@@ -365,7 +366,7 @@ def _meta_unsupported(error: BaseException) -> bool:
 
 
 def ops_table(model_input: str, found: list[dict[str, Any]]) -> pd.DataFrame:
-    """Merge identical specs and count them."""
+    """Merge identical specs and count them (columns: :data:`opcost.schemas.OPS`)."""
     rows: dict[str, dict[str, Any]] = {}
     counts: Counter[str] = Counter()
     for spec in found:
@@ -382,22 +383,20 @@ def ops_table(model_input: str, found: list[dict[str, Any]]) -> pd.DataFrame:
                 "spec": text,
             },
         )
-    table = pd.DataFrame(
-        list(rows.values()), columns=["model_input", "op_id", "kind", "type", "spec"]
-    )
+    table = pd.DataFrame(list(rows.values()), columns=[c for c in OPS.names if c != "count"])
     table["count"] = table["op_id"].map(counts).astype("int64")
-    return table
+    return table[list(OPS.names)]
 
 
 def unique_ops(tables: list[pd.DataFrame]) -> pd.DataFrame:
     """Every distinct operation of a study, with the networks it occurs in.
 
-    Columns: ``op_id``, ``kind``, ``type``, ``spec``, ``networks`` (comma-separated).
+    Columns: :data:`opcost.schemas.UNIQUE_OPS` (``networks`` comma-separated).
     """
     if not tables:
-        return pd.DataFrame(columns=["op_id", "kind", "type", "spec", "networks"])
+        return pd.DataFrame(columns=list(UNIQUE_OPS.names))
     allops = pd.concat(tables, ignore_index=True)
     networks = allops.groupby("op_id")["model_input"].agg(lambda s: ",".join(sorted(set(s))))
     first = allops.drop_duplicates("op_id").set_index("op_id")[["kind", "type", "spec"]]
     out = first.join(networks.rename("networks")).reset_index()
-    return out.sort_values("op_id", ignore_index=True)
+    return out.sort_values("op_id", ignore_index=True)[list(UNIQUE_OPS.names)]

@@ -9,27 +9,9 @@ Two halves:
   (through ``sudo -n`` where the site needs it) to apply a setting, and resets the card when
   the block ends, also when it ends with an error or a SIGTERM.
 
-Site set-up (for the admin): install the script where users cannot write (a root-owned
-virtual environment: a sudo rule for a user-writable copy would let users run any code as
-root), and allow it without password, e.g. in ``/etc/sudoers.d/opcost``::
-
-    %gpuusers ALL=(root) NOPASSWD: /opt/opcost/bin/opcost-gpu-setting
-
-then configure the pipeline to call ``sudo -n /opt/opcost/bin/opcost-gpu-setting``. Run
-through sudo (or another launcher that raises rights, see :func:`runs_elevated`), the
-script ignores ``PATH`` and runs only a root-owned ``nvidia-smi`` from
-:data:`TRUSTED_NVIDIA_SMI_DIRS` (:func:`trusted_nvidia_smi`). Any user the rule names may
-set any GPU of the host; ``--require-job-gpu``, fixed in the sudo rule, limits the script
-to the GPUs of the caller's SLURM job (:func:`check_job_holds`; docs/slurm.md, section 3).
-
-What a killed job leaves behind: SIGTERM (SLURM's time limit, ``scancel``) unwinds the
-job and resets the card. SIGKILL (or a node crash) cannot be caught: the card keeps its
-locked clock or power limit. So :func:`applied_setting` writes a marker file before it
-applies a setting and removes it after the reset; the next job on that GPU and host finds a
-marker whose process is gone and resets the card before it measures anything. Markers live
-in ``$OPCOST_STATE_DIR`` or else ``~/.cache/opcost``, one per host and GPU; pass the GPU
-the same way in every job (its UUID, see :func:`opcost.nvml.cuda_device_uuid`), since a
-marker written for ``0`` is not found under ``GPU-...``.
+Site set-up (the sudo rule, the trusted ``nvidia-smi``, ``--require-job-gpu``) and what a
+killed job leaves behind (a marker, from which the next job on that GPU resets the card):
+docs/gpu-settings.md.
 """
 
 from __future__ import annotations
@@ -510,7 +492,10 @@ def recover_stale_setting(gpu: str, command: Sequence[str] = DEFAULT_COMMAND) ->
 
 
 def _write_marker(path: Path, gpu: str, setting: Setting, command: tuple[str, ...]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write the marker atomically: a reader sees no marker or a whole one."""
+    # Imported here: the privileged script (main) must not load pandas.
+    from opcost.io import write_atomic
+
     marker = {
         "gpu": gpu,
         "setting": setting.name,
@@ -520,10 +505,7 @@ def _write_marker(path: Path, gpu: str, setting: Setting, command: tuple[str, ..
         "command": list(command),
         "applied_unix_s": time.time(),
     }
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(marker) + "\n")
-    # Atomic: a reader sees no marker or a whole one.
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(marker) + "\n")
 
 
 def _raise_system_exit(signum: int, frame: FrameType | None) -> None:

@@ -1,48 +1,14 @@
 """The measurement harness: time one operation (or a whole network) in one mode.
 
-Algorithm (thesis 3.2):
+Builds the workload (:func:`prepare_op`, :func:`prepare_network`: a block of instances with
+random weights, inference or training with a chain of calls per backward pass) and times
+it (:func:`measure`: warm-up, then timed blocks until ``min_run_time_s``, reading the
+energy counter at the edges of the timed region)::
 
-1. Build a *block* of instances of the operation with random weights, and one random
-   input created once. The timed loop cycles through the block, so weights are neither
-   always in cache nor always cold. Automatic block size: enough instances that their
-   parameters exceed the L2 cache (``ceil(L2 / param_bytes) + 1``), at most
-   ``max_block_size``; one instance for operations without parameters, whose instances
-   would all be the same.
-2. Inference: modules in ``eval()``, calls inside ``torch.inference_mode()``. Training:
-   modules in ``train()``, forward plus backward against a preinitialised random gradient
-   of the output's shape; parameter gradients are kept (they accumulate, as over a
-   training step), input gradients are reset every iteration (thesis 3.2.2).
-   One backward pass covers a *chain* of up to ``TRAINING_CHAIN_CALLS`` calls, each on
-   an input of its own and an instance of its own, as a network's backward pass covers
-   all its operations: a backward pass per call would charge every call the autograd
-   engine's start (on an H100, about 0.1 ms per call, so that training sums of small
-   networks came out 20 to 94 % above the measured network). Times are per call. The
-   chain is shorter where its inputs would exceed ``CHAIN_INPUT_BYTES`` or its instances'
-   parameters ``CHAIN_PARAM_BYTES``: such calls run long enough for the start not to count.
-3. Warm-up for ``warmup_s`` (at least 3 iterations). The warm-up gives the time per
-   iteration, which sets ``number_per_run`` so that one timed block lasts about
-   ``min_run_time_s / 20``.
-4. Timed region: blocks of ``number_per_run`` iterations, each timed like
-   ``torch.utils.benchmark.Timer`` times (``perf_counter`` after a CUDA synchronise),
-   until the blocks add up to at least ``min_run_time_s``. This is
-   ``Timer.blocked_autorange`` with its calibration moved into the warm-up and without the
-   untimed warm-up runs that ``Timer.timeit`` adds before every block, so that the
-   wall-clock window of the timed region (which cuts the power log and brackets the
-   energy counter) holds timed work only.
-5. A whole network in training is measured one step away from its initialisation: before
-   the warm-up, one forward and backward pass, and every parameter moves by
-   ``LEAVE_INIT_STEP`` against the sign of its gradient (Adam's first step at that
-   learning rate). A network in training has left its initial values, and some
-   initialisations stop the backward pass: torchvision's vit_b_16 starts with a head of
-   zeros, so every gradient behind it is zero and its backward matrix products multiply
-   zeros. That takes the same time as real training but less power (at 64x3x224x224,
-   14 % less on an H100, 12 % on an H200; ``bench/init_power.py``), while its ops,
-   rebuilt with random weights, are measured on random gradients. The step moves no
-   parameter by more than 0.001; for networks without such an initialisation it changes
-   power by less than two measurements of one condition differ.
-6. Python's cyclic garbage collector is off from the warm-up to the end of the timed
-   region, as ``timeit`` has it: a collection in a process with a large heap (Snakemake's
-   DAG) stalls a block for tens of milliseconds.
+    opts = HarnessOptions(mode="training", device="cuda")
+    timing = measure(prepare_op(spec, opts), opts, read_mj)
+
+The algorithm (thesis 3.2) and why each step is as it is: docs/method.md, "Measuring".
 """
 
 from __future__ import annotations

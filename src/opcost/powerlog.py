@@ -5,34 +5,10 @@ a header naming each field with its unit (``power.draw.instant [W]``), then one 
 poll, e.g. ``2026/11/22 09:41:24.502, 121.09, 80.05, 450, 2619, 36, 0``. A time-only (CPU)
 measurement writes a file whose only line is ``# no power log: <reason>``.
 
-Reading rules (thesis section 3.4: "Any existing rows containing a non-numerical value are
-dropped"):
-
-- Column names are the query names with the unit stripped (``power.draw [W]`` ->
-  ``power.draw``). ``nvidia-smi`` prints some fields under a longer name than the one
-  queried; those are mapped back: ``clocks.current.sm`` -> ``clocks.sm``,
-  ``clocks.current.memory`` -> ``clocks.mem``, ``clocks.current.graphics`` -> ``clocks.gr``,
-  ``clocks.current.video`` -> ``clocks.video``.
-- Every field but ``timestamp`` is read as a number. A field without a single numerical
-  value in the whole log (a string field such as ``name``, or one the GPU reports as
-  ``[N/A]`` throughout) is treated as not logged and left out of ``samples``.
-- The power field is ``power.draw.instant`` where logged (on Ampere and newer
-  ``power.draw`` is a one-second moving average that would smear the startup effect
-  into the timed window), else ``power.draw``.
-- A row is dropped, and counted in ``n_rows_dropped``, when its timestamp does not parse,
-  when it has a different number of fields than the header (an error message from
-  ``nvidia-smi``), when it is the last line and the file does not end with a newline (a
-  line cut off when ``nvidia-smi`` was killed), when it holds more than one poll (below),
-  or when one of the *used* fields is not a number (``[N/A]``, ``[Unknown Error]``). The
-  used fields are the power field, ``clocks.sm``, ``clocks.mem``, ``temperature.gpu`` and
-  ``power.limit``, those of them that were logged. Other numerical fields
-  (``utilization.gpu``, and ``power.draw`` when the power field is ``power.draw.instant``)
-  are kept, with NaN where not a number.
-- Counts are of polls, not of lines. A line holds k polls: the number of timestamps in
-  it or its number of fields divided by the header's (rounded up), whichever is larger,
-  and at least 1. A line with k > 1 (lines merged by junk that overwrote the newlines
-  between them) is dropped and counts k, also when the junk overwrote a timestamp.
-- Blank lines are ignored and not counted.
+:func:`read_power_log` reads it into a :class:`PowerLog` (the usable samples, the power
+field chosen, and how many polls were dropped). Which rows are dropped and how polls are
+counted (thesis 3.4: "Any existing rows containing a non-numerical value are dropped"):
+docs/method.md, "Reading the power log".
 """
 
 from __future__ import annotations

@@ -39,9 +39,11 @@ import torch
 
 from opcost import device_lock, harness
 from opcost.config import GpuConfig
+from opcost.io import staged_path
 from opcost.names import ModelInput, Setting
+from opcost.schemas import RECORD_SCHEMA_VERSION
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = RECORD_SCHEMA_VERSION
 
 
 class ProfileError(RuntimeError):
@@ -60,35 +62,61 @@ def resolve_device(requested: str) -> str:
     return requested
 
 
+@functools.cache
+def profile_defaults() -> dict[str, Any]:
+    """The defaults of the config's ``profile`` section, from the config schema."""
+    from opcost.config import load_schema
+
+    section = load_schema()["properties"]["profile"]["properties"]
+    return {key: field["default"] for key, field in section.items() if "default" in field}
+
+
+def _profile_option(profile_config: dict[str, Any], key: str) -> Any:
+    """``profile_config[key]``, else its default in the config schema."""
+    return profile_config[key] if key in profile_config else profile_defaults()[key]
+
+
 def options_for(
     gpu: GpuConfig, mode: str, profile_config: dict[str, Any]
 ) -> harness.HarnessOptions:
+    """Harness options of GPU configuration ``gpu`` in ``mode``; ``profile_config`` is the
+    config's ``profile`` section (missing keys take the schema's defaults)."""
+    option = functools.partial(_profile_option, profile_config)
     return harness.HarnessOptions(
         mode=mode,
         device=resolve_device(gpu.device),
         dtype=gpu.dtype,
         tf32=gpu.tf32,
-        min_run_time_s=float(profile_config.get("min_run_time_s", 1.0)),
-        warmup_s=float(profile_config.get("warmup_s", 0.2)),
-        block_size=int(profile_config.get("block_size", 0)),
-        max_block_size=int(profile_config.get("max_block_size", 64)),
+        min_run_time_s=float(option("min_run_time_s")),
+        warmup_s=float(option("warmup_s")),
+        block_size=int(option("block_size")),
+        max_block_size=int(option("max_block_size")),
     )
 
 
-def _staged(path: Path) -> Path:
-    """The temporary name a file is written under, beside its final name."""
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+def record_header(
+    kind: str, gpu: str, setting: str, opts: harness.HarnessOptions, schema_version: int
+) -> dict[str, Any]:
+    """The keys every measurement record starts with (a profiling job's, a sweep's).
 
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write under a temporary name in the same directory, then rename into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _staged(path)
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    What was measured where and how (``kind``, GPU configuration, setting, mode, device,
+    numerics, warm-up), the clock (``utc_offset_s``, ``started_unix_s``) and the
+    provenance (:func:`provenance`); docs/formats.md lists the profiling job's.
+    """
+    return {
+        "schema_version": schema_version,
+        "kind": kind,
+        "gpu": gpu,
+        "setting": setting,
+        "mode": opts.mode,
+        "device": opts.device,
+        "dtype": opts.dtype,
+        "tf32": opts.tf32,
+        "warmup_s": opts.warmup_s,
+        "utc_offset_s": time.localtime().tm_gmtoff,
+        "started_unix_s": time.time(),
+        **provenance(opts.device),
+    }
 
 
 def provenance(device: str) -> dict[str, Any]:
@@ -132,8 +160,9 @@ def power_log(
     With ``job_log_path``, a second nvidia-smi log covers the whole job, the setting's
     change and restoration included (thesis 3.3: for investigating anomalies later).
     At the end the log is renamed to ``csv_path``; with ``publish=False`` it stays under
-    its temporary name (``_staged(csv_path)``) for the caller to publish. A setting other
-    than ``default`` off a CUDA GPU raises ``ProfileError``: nothing could apply it.
+    its temporary name (``opcost.io.staged_path(csv_path)``) for the caller to publish. A
+    setting other than ``default`` off a CUDA GPU raises ``ProfileError``: nothing could
+    apply it.
     """
     if device != "cuda" and setting.kind != "default":
         # Nothing here can apply it: measuring anyway would record the card as it is
@@ -142,7 +171,7 @@ def power_log(
             f"GPU setting {setting.name!r} cannot be applied: the job runs on the {device}, "
             "not a CUDA GPU; run it on a GPU node, or profile only the setting 'default'"
         )
-    tmp_csv = _staged(csv_path)
+    tmp_csv = staged_path(csv_path)
     try:
         if device == "cuda":
             with _gpu_power_log(tmp_csv, setting, profile_config, record, job_log_path) as read_mj:
@@ -179,10 +208,10 @@ def _gpu_power_log(
         driver_version=info.driver_version,
         power_available=True,
         power_fields=list(fields),
-        power_interval_ms=int(profile_config.get("power_interval_ms", 20)),
+        power_interval_ms=int(_profile_option(profile_config, "power_interval_ms")),
         power_limit_default_w=info.power_default_limit_w,
     )
-    command = tuple(profile_config.get("setting_command", ("opcost-gpu-setting",)))
+    command = tuple(_profile_option(profile_config, "setting_command"))
     job_log = (
         nvsmi.PowerLogger(job_log_path, uuid, fields, record["power_interval_ms"], start_grace_s=0)
         if job_log_path is not None
@@ -228,35 +257,24 @@ def profile_job(
         existing = measured_pair(csv_path, json_path)
         if existing is not None:
             return existing
-        record: dict[str, Any] = {
-            "schema_version": SCHEMA_VERSION,
-            "status": "ok",
-            "failure_reason": None,
-            "kind": kind,
-            "op_id": op_id,
-            "model_input": model_input.name if model_input else None,
-            "spec": spec,
-            "mode": mode,
-            "gpu": gpu.name,
-            "setting": setting.name,
-            "requested_sm_clock_mhz": setting.sm_clock_mhz,
-            "requested_power_limit_w": setting.power_limit_w,
-            "device": opts.device,
-            "dtype": opts.dtype,
-            "tf32": opts.tf32,
-            "min_run_time_s": opts.min_run_time_s,
-            "warmup_s": opts.warmup_s,
-            "utc_offset_s": time.localtime().tm_gmtoff,
-            "started_unix_s": time.time(),
-            "device_lock_wait_s": round(lock_wait_s, 3),
-            **provenance(opts.device),
-        }
+        record = record_header(kind, gpu.name, setting.name, opts, SCHEMA_VERSION)
+        record.update(
+            status="ok",
+            failure_reason=None,
+            op_id=op_id,
+            model_input=model_input.name if model_input else None,
+            spec=spec,
+            requested_sm_clock_mhz=setting.sm_clock_mhz,
+            requested_power_limit_w=setting.power_limit_w,
+            min_run_time_s=opts.min_run_time_s,
+            device_lock_wait_s=round(lock_wait_s, 3),
+        )
         if opts.device == "cuda":
             torch.cuda.reset_peak_memory_stats()
         harness.configure_numerics(opts)
         # Both files wait under temporary names until the record is complete; then they
         # are made read-only and renamed into place together (publish_read_only).
-        staged_csv, staged_json = _staged(csv_path), _staged(json_path)
+        staged_csv, staged_json = staged_path(csv_path), staged_path(json_path)
         try:
             try:
                 with (

@@ -73,6 +73,7 @@ import pandas as pd
 
 from opcost import harness, profile
 from opcost.config import ConfigError, GpuConfig, Study
+from opcost.io import write_json_atomic
 from opcost.names import ModelInput, parse_setting
 from opcost.powerlog import read_power_log
 
@@ -365,26 +366,15 @@ def _prepare(
     """The record's common keys, and the swept operation's workload and options."""
     opts = profile.options_for(gpu, cfg.mode, dict(profile_config))
     op_id, spec = sweep_op(cfg)
-    record: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "kind": kind,
-        "gpu": gpu.name,
-        "setting": "default",
-        "mode": cfg.mode,
-        "model_input": cfg.model_input.name,
-        "op_index": cfg.op_index,
-        "op_id": op_id,
-        "op_type": spec.get("type"),
-        "spec": spec,
-        "device": opts.device,
-        "dtype": opts.dtype,
-        "tf32": opts.tf32,
-        "warmup_s": opts.warmup_s,
-        "sweep": dataclasses.asdict(cfg),
-        "utc_offset_s": time.localtime().tm_gmtoff,
-        "started_unix_s": time.time(),
-        **profile.provenance(opts.device),
-    }
+    record = profile.record_header(kind, gpu.name, "default", opts, SCHEMA_VERSION)
+    record.update(
+        model_input=cfg.model_input.name,
+        op_index=cfg.op_index,
+        op_id=op_id,
+        op_type=spec.get("type"),
+        spec=spec,
+        sweep=dataclasses.asdict(cfg),
+    )
     harness.configure_numerics(opts)
     workload = harness.prepare_op(spec, opts)
     record["block_size"] = workload.block_size
@@ -410,7 +400,7 @@ def run_proportionality(
             workload, opts, cfg.run_times_s(), cfg.repeats
         )
         record["finished_unix_s"] = time.time()
-    profile.write_atomic(Path(json_path), json.dumps(record, indent=1, sort_keys=True) + "\n")
+    write_json_atomic(json_path, record)
     return record
 
 
@@ -445,7 +435,7 @@ def run_power_trace(
         ):
             record["events"] = power_trace_schedule(workload, opts, cfg)
         record["finished_unix_s"] = time.time()
-    profile.write_atomic(Path(json_path), json.dumps(record, indent=1, sort_keys=True) + "\n")
+    write_json_atomic(json_path, record)
     return record
 
 

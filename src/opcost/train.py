@@ -120,28 +120,11 @@ from opcost.predict import (
     sum_by_count,
     training_ranges,
 )
+from opcost.schemas import TRAIN_COLUMNS as DATASET_COLUMNS  # the columns training reads
 from opcost.tables import TableError, read_parquet, write_parquet_atomic
 
 REGRESSORS = ("random_forest", "extra_trees", "gradient_boosting")
 TIME_TARGETS = ("log_time", "roofline_ratio")
-#: Dataset columns training reads.
-DATASET_COLUMNS = (
-    "gpu",
-    "setting",
-    "mode",
-    "kind",
-    "op_id",
-    "model_input",
-    "op_type",
-    "spec",
-    "dtype",
-    "tf32",
-    "time_s",
-    "power_w",
-    "energy_j",
-    "low_power_samples",
-    *CONDITIONS,
-)
 HOLDOUT_COLUMNS = [
     "gpu",
     "setting",

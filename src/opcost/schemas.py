@@ -1,0 +1,467 @@
+"""The columns of each table and the fields of each record the pipeline writes, declared once.
+
+Each :class:`Table` lists its columns (name, dtype, unit, meaning) in file order; the
+benchmark record's fields are :data:`RECORD_FIELDS` (JSON types, range, unit, meaning).
+Writers build their tables from these declarations, readers check against them, and the
+tables in ``docs/formats.md`` are generated from them: after a change here, run
+
+    python -m opcost.schemas docs/formats.md
+
+(``tests/test_schemas.py`` fails while the page and this module disagree). Importing this
+module imports neither torch nor numpy.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: Pandas dtype names a column may have; ``str`` is pandas' string dtype.
+DTYPES = ("str", "bool", "int64", "Int64", "float64")
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a table file."""
+
+    name: str
+    dtype: str  # one of DTYPES; Int64 is a nullable integer
+    unit: str  # "" for none
+    meaning: str  # Markdown
+    group: str = ""  # heading of the group the column opens, in the docs
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table file: its path pattern and its columns, in file order."""
+
+    key: str  # names the table's block in docs/formats.md
+    path: str
+    columns: tuple[Column, ...]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    def dtypes(self) -> dict[str, Any]:
+        """Column -> pandas dtype, for ``DataFrame.astype``."""
+        return {c.name: _pandas_dtype(c.dtype) for c in self.columns}
+
+
+def _pandas_dtype(name: str) -> Any:
+    if name != "str":
+        return name
+    import pandas as pd
+
+    # pandas 3 has a string dtype named "str"; before, strings are objects.
+    return "str" if int(pd.__version__.split(".")[0]) >= 3 else object
+
+
+def _col(name: str, dtype: str, unit: str, meaning: str, group: str = "") -> Column:
+    return Column(name, dtype, unit, meaning, group)
+
+
+DATASET = Table(
+    "dataset",
+    "results/dataset/{gpu}.parquet",
+    (
+        _col(
+            "gpu", "str", "", "GPU configuration (`h100`, `h100-notf32`)", "Identity and settings"
+        ),
+        _col("setting", "str", "", "GPU setting: `default`, `sm{MHz}`, `pl{W}`"),
+        _col("mode", "str", "", "`inference` or `training`"),
+        _col("kind", "str", "", "`op` or `network`"),
+        _col("op_id", "str", "", "16-hex-digit op id (null for networks)"),
+        _col("model_input", "str", "", "model-input set (null for ops)"),
+        _col("op_type", "str", "", "the spec's `type` (null for networks)"),
+        _col("spec", "str", "", "canonical JSON spec, sorted keys (null for networks)"),
+        _col("status", "str", "", "always `ok` (failures are in the failure table)"),
+        _col("device", "str", "", "`cuda` or `cpu`"),
+        _col("dtype", "str", "", "numeric type of the GPU configuration (`float32`)"),
+        _col("tf32", "bool", "", "whether TF32 was allowed"),
+        _col("block_size", "Int64", "", "distinct instances cycled through in the timed loop"),
+        _col("number_per_run", "Int64", "", "iterations per timed block"),
+        _col("warmup_iterations", "Int64", "", "untimed iterations before the timed region"),
+        _col(
+            "requested_sm_clock_mhz",
+            "Int64",
+            "MHz",
+            "SM clock the setting locks (null unless `sm{MHz}`)",
+        ),
+        _col(
+            "requested_power_limit_w",
+            "Int64",
+            "W",
+            "power limit the setting sets (null unless `pl{W}`)",
+        ),
+        _col("iterations", "int64", "", "N, timed iterations", "Time"),
+        _col("total_time_s", "float64", "s", "t_tot, sum of the timed blocks (JSON)"),
+        _col("sigma_total_time_s", "float64", "s", "σ of t_tot (JSON)"),
+        _col("time_s", "float64", "s", "t = t_tot / N, time per iteration (3.6)"),
+        _col("sigma_time_s", "float64", "s", "σ_t = σ_t_tot / N (3.8)"),
+        _col("window_s", "float64", "s", "timed_end_unix_s - timed_start_unix_s"),
+        _col(
+            "power_field",
+            "str",
+            "",
+            "`power.draw.instant` or `power.draw`; null if none",
+            "Power (NaN, or 0 for counts, for time-only measurements)",
+        ),
+        _col(
+            "power_interval_ms", "Int64", "ms", "nvidia-smi polling interval (null if not recorded)"
+        ),
+        _col(
+            "n_rows_total",
+            "int64",
+            "",
+            "polls in the whole log (data lines, see `opcost.powerlog`)",
+        ),
+        _col("n_rows_dropped", "int64", "", "polls of the whole log dropped as unusable"),
+        _col("n_power_samples", "int64", "", "n, usable rows in the timed window"),
+        _col("n_power_updates", "int64", "", "distinct power readings in the window"),
+        _col("n_filtered_out", "int64", "", "samples removed by the 3σ filter (3.3)"),
+        _col("power_unfiltered_w", "float64", "W", "W̄, mean of all samples in the window (3.1)"),
+        _col("sigma_power_unfiltered_w", "float64", "W", "σ_W, their sample std (3.2)"),
+        _col("power_w", "float64", "W", "W̄_filtered, mean after the 3σ filter (3.3)"),
+        _col("sigma_power_w", "float64", "W", "σ_W̄_filtered, sample std after the filter"),
+        _col("sem_power_w", "float64", "W", "standard error of power_w (docs/method.md)"),
+        _col(
+            "low_power_samples",
+            "bool",
+            "",
+            "n_power_updates < min_power_updates, or a hole in the window",
+        ),
+        _col(
+            "energy_total_j",
+            "float64",
+            "J",
+            "E_tot = power_w · total_time_s (3.4)",
+            "Energy (NaN for time-only measurements)",
+        ),
+        _col("sigma_energy_total_j", "float64", "J", "σ_E = sigma_power_w · total_time_s (3.5)"),
+        _col("energy_j", "float64", "J", "e = E_tot / N, energy per iteration (3.7)"),
+        _col("sigma_energy_j", "float64", "J", "σ_e = σ_E / N (3.9)"),
+        _col("energy_nvml_j", "float64", "J", "NVML counter difference over the window / N"),
+        _col("energy_integrated_j", "float64", "J", "integral of power over the window / N"),
+        _col(
+            "sm_clock_mhz",
+            "float64",
+            "MHz",
+            "measured SM clock (`clocks.sm`)",
+            "Conditions, means over the samples in the window (NaN where not logged)",
+        ),
+        _col("mem_clock_mhz", "float64", "MHz", "measured memory clock (`clocks.mem`)"),
+        _col("temperature_c", "float64", "°C", "GPU temperature (`temperature.gpu`)"),
+        _col("power_limit_w", "float64", "W", "power limit (`power.limit`)"),
+        _col("utilization_gpu_pct", "float64", "%", "GPU utilisation (`utilization.gpu`)"),
+        _col(
+            "peak_memory_bytes",
+            "Int64",
+            "B",
+            "`torch.cuda.max_memory_allocated`",
+            "Provenance (from the JSON)",
+        ),
+        _col("gpu_name", "str", "", "e.g. `NVIDIA H100 80GB HBM3`"),
+        _col("gpu_uuid", "str", "", "the card's UUID"),
+        _col("driver_version", "str", "", "NVIDIA driver"),
+        _col("cuda_version", "str", "", "CUDA runtime of torch"),
+        _col("torch_version", "str", "", "PyTorch version"),
+        _col("host", "str", "", "host name"),
+        _col(
+            "timed_start_unix_s",
+            "float64",
+            "s",
+            "wall clock at the start of the timed region (UTC)",
+        ),
+        _col("timed_end_unix_s", "float64", "s", "wall clock at its end (UTC)"),
+        _col("json_path", "str", "", "the benchmark JSON the row comes from"),
+    ),
+)
+
+#: The dataset columns training reads (``opcost.train``).
+TRAIN_COLUMNS = (
+    *("gpu", "setting", "mode", "kind", "op_id", "model_input", "op_type", "spec"),
+    *("dtype", "tf32", "time_s", "power_w", "energy_j", "low_power_samples"),
+    *("sm_clock_mhz", "mem_clock_mhz", "power_limit_w"),
+)
+
+FAILED = Table(
+    "failed",
+    "results/dataset/{gpu}.failed.parquet",
+    (
+        *(DATASET.columns[:6]),
+        _col(
+            "failure_reason",
+            "str",
+            "",
+            "why the measurement failed (e.g. `CUDA out of memory: ...`)",
+        ),
+        _col("json_path", "str", "", "the benchmark JSON the row comes from"),
+    ),
+)
+
+OPS = Table(
+    "ops",
+    "results/ops/{model_input}.parquet",
+    (
+        _col("model_input", "str", "", "the model-input set"),
+        _col(
+            "op_id",
+            "str",
+            "",
+            "16 hex digits: the first 64 bits of SHA-256 of the canonical JSON spec",
+        ),
+        _col("kind", "str", "", "`module` or `function`"),
+        _col(
+            "type",
+            "str",
+            "",
+            "qualified class name (`torch.nn.modules.conv.Conv2d`) or function name "
+            "(`torch.add`, `torch.Tensor.__iadd__`)",
+        ),
+        _col(
+            "spec",
+            "str",
+            "",
+            "the canonical JSON spec (sorted keys, no spaces), enough to rebuild the op",
+        ),
+        _col("count", "int64", "", "how often the op runs in one forward pass of the network"),
+    ),
+)
+
+UNIQUE_OPS = Table(
+    "unique_ops",
+    "results/ops/unique.parquet",
+    (
+        *(c for c in OPS.columns if c.name in ("op_id", "kind", "type", "spec")),
+        _col("networks", "str", "", "the model-input sets the op occurs in, comma-separated"),
+    ),
+)
+
+TABLES = (DATASET, FAILED, OPS, UNIQUE_OPS)
+
+
+@dataclass(frozen=True)
+class RecordField:
+    """One field of a benchmark record: JSON types, range, unit and meaning.
+
+    ``checked`` fields are read by the evaluation, which refuses a record whose value has
+    another type or lies out of range; the others are written for people and provenance.
+    """
+
+    types: tuple[str, ...]  # "integer", "number" (finite), "string", "boolean", "object", "array"
+    meaning: str
+    unit: str = ""
+    nullable: bool = True
+    minimum: float | None = None  # least value allowed
+    above: float | None = None  # values must be greater than this
+    maximum: float | None = None  # greatest value allowed
+    checked: bool = True
+
+
+def _field(types: str, meaning: str, unit: str = "", **kw: Any) -> RecordField:
+    return RecordField(tuple(types.split()), meaning, unit, **kw)
+
+
+_COUNT = {"minimum": 1}
+_NONNEGATIVE = {"minimum": 0}
+_UNCHECKED = {"checked": False}
+
+#: Current ``schema_version`` of the benchmark record.
+RECORD_SCHEMA_VERSION = 1
+
+#: The benchmark record ``results/raw/{gpu}/{setting}/{mode}/{ops|networks}/{name}.json``,
+#: in the order the evaluation checks its fields. ``schema_version``, ``status`` and ``kind``
+#: are checked first, with their own messages.
+RECORD_FIELDS: dict[str, RecordField] = {
+    "schema_version": _field("integer", f"{RECORD_SCHEMA_VERSION}", **_UNCHECKED),
+    "status": _field("string", "`ok` or `failed`", **_UNCHECKED),
+    "kind": _field("string", "`op` or `network`", **_UNCHECKED),
+    "failure_reason": _field(
+        "string", "why a failed measurement failed (e.g. `CUDA out of memory: ...`)"
+    ),
+    "gpu": _field("string", "GPU configuration, as in the path", nullable=False),
+    "setting": _field("string", "GPU setting, as in the path", nullable=False),
+    "mode": _field("string", "`inference` or `training`, as in the path", nullable=False),
+    "op_id": _field("string", "the op measured (ops only)"),
+    "model_input": _field("string", "the network measured (networks only)"),
+    "spec": _field("object", "the op's spec (ops only)"),
+    "device": _field("string", "`cuda` or `cpu`"),
+    "dtype": _field("string", "numeric type of the GPU configuration"),
+    "tf32": _field("boolean", "whether TF32 was allowed"),
+    "power_available": _field("boolean", "whether a power log was taken"),
+    "block_size": _field(
+        "integer", "distinct instances cycled through in the timed loop", **_COUNT
+    ),
+    "number_per_run": _field(
+        "integer", "iterations (calls of the op or network) per timed block", **_COUNT
+    ),
+    "warmup_iterations": _field(
+        "integer", "untimed iterations before the timed region", **_NONNEGATIVE
+    ),
+    "requested_sm_clock_mhz": _field(
+        "integer", "SM clock the setting locks (null unless `sm{MHz}`)", "MHz", **_COUNT
+    ),
+    "requested_power_limit_w": _field(
+        "integer", "power limit the setting sets (null unless `pl{W}`)", "W", **_COUNT
+    ),
+    "power_interval_ms": _field(
+        "integer", "nvidia-smi polling interval (GPU only)", "ms", **_COUNT
+    ),
+    "peak_memory_bytes": _field(
+        "integer", "`torch.cuda.max_memory_allocated` during the job", "B", **_NONNEGATIVE
+    ),
+    "gpu_name": _field("string", "GPU name"),
+    "gpu_uuid": _field("string", "the card's UUID"),
+    "driver_version": _field("string", "NVIDIA driver"),
+    "cuda_version": _field("string", "CUDA runtime of torch"),
+    "torch_version": _field("string", "PyTorch version"),
+    "host": _field("string", "host name"),
+    "iterations": _field("integer", "N = len(block_times_s) * number_per_run", **_COUNT),
+    "total_time_s": _field("number", "t_tot = sum(block_times_s)", "s", above=0),
+    "sigma_total_time_s": _field(
+        "number",
+        "σ of t_tot: N times the sample std of the per-iteration block times",
+        "s",
+        **_NONNEGATIVE,
+    ),
+    "timed_start_unix_s": _field(
+        "number", "wall clock (`time.time()`) at the start of the timed region", "s", **_NONNEGATIVE
+    ),
+    "timed_end_unix_s": _field(
+        "number", "wall clock at the end of the timed region", "s", **_NONNEGATIVE
+    ),
+    # Local time minus UTC: time zones lie within -12 h and +14 h.
+    "utc_offset_s": _field(
+        "integer",
+        "local time minus UTC, for nvidia-smi's local timestamps",
+        "s",
+        minimum=-12 * 3600,
+        maximum=14 * 3600,
+    ),
+    "energy_counter_start_mj": _field(
+        "integer",
+        "NVML total-energy counter at the start of the timed region",
+        "mJ",
+        **_NONNEGATIVE,
+    ),
+    "energy_counter_end_mj": _field(
+        "integer", "NVML total-energy counter at its end", "mJ", **_NONNEGATIVE
+    ),
+    "min_run_time_s": _field("number", "requested minimum timed duration", "s", **_UNCHECKED),
+    "warmup_s": _field("number", "requested minimum warm-up duration", "s", **_UNCHECKED),
+    "block_times_s": _field(
+        "array", "wall duration of each timed block (raw replicates)", "s", **_UNCHECKED
+    ),
+    "backward": _field("boolean", "whether a backward pass was timed (training)", **_UNCHECKED),
+    "calls_per_backward": _field(
+        "integer",
+        "training: calls whose outputs one backward pass covers (a chain, `opcost.harness`); "
+        "0 without a backward pass",
+        **_UNCHECKED,
+    ),
+    "inplace_substituted": _field(
+        "boolean", "training: an in-place op was timed as its out-of-place form", **_UNCHECKED
+    ),
+    "power_fields": _field("array", "fields queried from nvidia-smi", **_UNCHECKED),
+    "power_limit_default_w": _field(
+        "number", "the card's default power limit (GPU only)", "W", **_UNCHECKED
+    ),
+    "python_version": _field("string", "Python version", **_UNCHECKED),
+    "started_unix_s": _field("number", "job start", "s", **_UNCHECKED),
+    "finished_unix_s": _field("number", "job end", "s", **_UNCHECKED),
+    "device_lock_wait_s": _field(
+        "number",
+        "seconds the job waited for its device, held by another profiling job on this host "
+        "(`opcost.device_lock`)",
+        "s",
+        **_UNCHECKED,
+    ),
+}
+#: Fields a record of ``status: ok`` must hold, not null.
+REQUIRED_WHEN_OK = ("iterations", "total_time_s", "timed_start_unix_s", "timed_end_unix_s")
+#: Record fields only a measurement on a CUDA GPU writes.
+GPU_ONLY_FIELDS = ("power_interval_ms", "power_limit_default_w")
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def table_markdown(table: Table) -> str:
+    """The Markdown table of ``table``'s columns, as in docs/formats.md."""
+    lines = ["| column | dtype | unit | meaning |", "| --- | --- | --- | --- |"]
+    for c in table.columns:
+        if c.group:
+            lines.append(f"| **{_cell(c.group)}** | | | |")
+        lines.append(f"| `{c.name}` | {c.dtype} | {c.unit} | {_cell(c.meaning)} |")
+    return "\n".join(lines)
+
+
+def _range(f: RecordField) -> str:
+    bounds = [
+        f"{op} {b:g}"
+        for op, b in ((">=", f.minimum), (">", f.above), ("<=", f.maximum))
+        if b is not None
+    ]
+    return ", ".join(bounds)
+
+
+def record_markdown() -> str:
+    """The Markdown table of :data:`RECORD_FIELDS`, as in docs/formats.md."""
+    lines = [
+        "| key | type | unit | range | checked | meaning |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for key, f in RECORD_FIELDS.items():
+        types = " or ".join(f.types) + (" or null" if f.nullable and f.checked else "")
+        checked = "yes" if f.checked else ""
+        lines.append(
+            f"| `{key}` | {types} | {f.unit} | {_range(f)} | {checked} | {_cell(f.meaning)} |"
+        )
+    return "\n".join(lines)
+
+
+def doc_blocks() -> dict[str, str]:
+    """Block name -> its generated Markdown, for each ``<!-- schema:NAME -->`` block."""
+    blocks = {t.key: table_markdown(t) for t in TABLES}
+    blocks["record"] = record_markdown()
+    return blocks
+
+
+_BLOCK_RE = re.compile(r"(<!-- schema:(\w+) -->\n)(.*?)(<!-- /schema -->)", re.DOTALL)
+
+
+def render_doc(text: str) -> str:
+    """``text`` (docs/formats.md) with every schema block regenerated.
+
+    Raises:
+        ValueError: a block names no known table.
+    """
+    blocks = doc_blocks()
+
+    def replace(m: re.Match[str]) -> str:
+        if m.group(2) not in blocks:
+            raise ValueError(f"docs block schema:{m.group(2)} names no table of opcost.schemas")
+        return m.group(1) + blocks[m.group(2)] + "\n" + m.group(4)
+
+    return _BLOCK_RE.sub(replace, text)
+
+
+def doc_block_names(text: str) -> list[str]:
+    """The names of the schema blocks in ``text``, in order."""
+    return [m.group(2) for m in _BLOCK_RE.finditer(text)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Regenerate the schema blocks of the given Markdown files in place."""
+    for path in map(Path, argv if argv is not None else sys.argv[1:]):
+        path.write_text(render_doc(path.read_text()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
