@@ -24,35 +24,27 @@ import pandas as pd
 import pytest
 from conftest import reseal
 
-import opcost.predict
+import opcost.model.trees
 from opcost import spec as specs
-from opcost.features import (
+from opcost.model import PredictorError
+from opcost.model.accuracy import usable_power
+from opcost.model.features import (
     FEATURES_VERSION,
     FeatureSchema,
     SchemaError,
     build_schema,
     encode_features,
 )
-from opcost.predict import (
-    NEEDS_SETTINGS,
-    UNSEEN_TYPE,
-    Predictor,
-    PredictorError,
-    TreeEnsemble,
-    load_predictor,
-    load_predictors,
-    predict_networks,
-    save_predictor,
-    sum_by_count,
-    training_ranges,
-)
+from opcost.model.format import load_predictor, load_predictors, save_predictor
+from opcost.model.predictor import UNSEEN_TYPE, Predictor, sum_by_count, training_ranges
+from opcost.model.trees import TreeEnsemble
+from opcost.predict import NEEDS_SETTINGS, predict_networks
 from opcost.train import (
     TrainConfig,
     fit_predictor,
     make_regressor,
     op_rows,
     setting_conditions,
-    usable_power,
 )
 
 DATA = Path(__file__).parent / "data" / "h100"
@@ -559,9 +551,9 @@ def test_predictions_do_not_depend_on_blocks_chunks_or_threads(
     default = model.predict(x)
     # Walked 7 trees at a time in chunks of 7 rows, on 1 or 3 threads: the same bits,
     # because the leaf values are summed in one fixed order.
-    monkeypatch.setattr(opcost.predict, "_WALKERS", walkers)
-    monkeypatch.setattr(opcost.predict, "_CHUNK_ROWS", chunk_rows)
-    monkeypatch.setattr(opcost.predict, "_MAX_THREADS", threads)
+    monkeypatch.setattr(opcost.model.trees, "_WALKERS", walkers)
+    monkeypatch.setattr(opcost.model.trees, "_CHUNK_ROWS", chunk_rows)
+    monkeypatch.setattr(opcost.model.trees, "_MAX_THREADS", threads)
     np.testing.assert_array_equal(model.predict(x), default)
     np.testing.assert_allclose(default, time_rf.predict(x), rtol=1e-12)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,26 +19,22 @@ import pandas as pd
 import pytest
 
 import opcost.train
-from opcost.features import SchemaError
-from opcost.predict import load_predictor
-from opcost.tables import TableError
+from opcost.io import TableError
+from opcost.model.accuracy import baseline_predictions, mape_pct, usable_power
+from opcost.model.features import SchemaError
+from opcost.model.format import HOLDOUT_COLUMNS, NETWORK_COLUMNS, load_predictor
 from opcost.train import (
-    HOLDOUT_COLUMNS,
-    NETWORK_COLUMNS,
     TrainConfig,
     TrainError,
     TrainOutputs,
-    baseline_predictions,
     crossval_predictions,
     fit_predictor,
     holdout_split,
     load_op_tables,
-    mape,
     network_predictions,
     op_rows,
     setting_conditions,
     train_gpu,
-    usable_power,
 )
 
 DATA = Path(__file__).parent / "data" / "h100"
@@ -68,9 +65,9 @@ def scores(cv: pd.DataFrame, prefix_time: str, prefix_power: str) -> dict[str, f
     ok = usable_power(cv)
     energy = cv[prefix_time] * cv[prefix_power]
     return {
-        "time": mape(cv[prefix_time], cv["time_s"]),
-        "power": mape(cv.loc[ok, prefix_power], cv.loc[ok, "power_w"]),
-        "energy": mape(energy[ok], cv.loc[ok, "energy_j"]),
+        "time": mape_pct(cv[prefix_time], cv["time_s"]),
+        "power": mape_pct(cv.loc[ok, prefix_power], cv.loc[ok, "power_w"]),
+        "energy": mape_pct(energy[ok], cv.loc[ok, "energy_j"]),
     }
 
 
@@ -80,9 +77,9 @@ def crossval(rows) -> pd.DataFrame:
 
 
 def test_mape_by_hand():
-    assert mape([110.0, 90.0], [100.0, 100.0]) == pytest.approx(10.0)
-    assert mape([1.0, np.nan], [2.0, 5.0]) == pytest.approx(50.0)
-    assert mape([np.nan], [1.0]) is None
+    assert mape_pct([110.0, 90.0], [100.0, 100.0]) == pytest.approx(10.0)
+    assert mape_pct([1.0, np.nan], [2.0, 5.0]) == pytest.approx(50.0)
+    assert math.isnan(mape_pct([np.nan], [1.0]))
 
 
 def test_op_rows_are_the_91_ops_in_both_modes(rows):
@@ -213,7 +210,7 @@ def test_time_only_dataset_trains_without_power(rows, tmp_path):
     assert pred["power_pred_w"].isna().all()
     assert pred["energy_pred_j"].isna().all()
     # Saved, it writes no power file; loaded, it has no power model.
-    from opcost.predict import save_predictor
+    from opcost.model.format import save_predictor
 
     (tmp_path / "power.npz").write_bytes(b"left from a predictor with power")
     save_predictor(predictor, tmp_path)
@@ -361,7 +358,7 @@ def test_roofline_ratio_multiplies_back_the_estimate_by_hand(large_rows, tmp_pat
     expected = np.exp(predictor.time_model.predict(x)) * t_ref.to_numpy()
     np.testing.assert_allclose(predictor.predict_rows(conv)["time_pred_s"], expected)
     # Saved and loaded, the predictor still multiplies by the same estimate.
-    from opcost.predict import save_predictor
+    from opcost.model.format import save_predictor
 
     save_predictor(predictor, tmp_path)
     loaded = load_predictor(tmp_path)
