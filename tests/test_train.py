@@ -374,3 +374,81 @@ def test_time_target_is_checked():
         TrainConfig.from_config({"time_target": "roofline"})
     with pytest.raises(TrainError, match="train.roofline_bytes_per_s"):
         TrainConfig.from_config({"time_target": "roofline_ratio", "roofline_bytes_per_s": 0})
+
+
+# --- issue 21: one writer, defaults from the schema --------------------------------------
+
+
+def test_a_full_disk_while_writing_metrics_keeps_the_previous_metrics(tmp_path, monkeypatch):
+    # The disk fills half way through metrics.json: the previous file stays whole (the new
+    # one was written under a temporary name), and no temporary file is left behind.
+    import pathlib
+
+    out = TrainOutputs.under(tmp_path / "h100")
+    out.directory.mkdir()
+    out.metrics.write_text('{"previous": true}\n')
+    real_open = pathlib.Path.open
+
+    class HalfThenFull:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, data):
+            self.f.write(data[: len(data) // 2])
+            self.f.flush()
+            raise OSError(28, "No space left on device")
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+    def open_(self, mode="r", *args, **kwargs):
+        f = real_open(self, mode, *args, **kwargs)
+        return HalfThenFull(f) if "metrics.json" in self.name and "w" in mode else f
+
+    monkeypatch.setattr(pathlib.Path, "open", open_)
+    with pytest.raises(OSError, match="No space"):
+        train_gpu(DATASET, OPS, out, TrainConfig(n_estimators=2), "h100")
+    monkeypatch.undo()
+    assert json.loads(out.metrics.read_text()) == {"previous": True}
+    assert sorted(p.name for p in out.directory.iterdir() if "metrics" in p.name) == [
+        "metrics.json"
+    ]
+
+
+def test_train_config_defaults_are_the_config_schemas(tmp_path):
+    # The defaults live in the config schema only: a schema with other defaults gives a
+    # TrainConfig with those defaults, and every setting of the schema is a field.
+    code = """
+import copy, json
+import opcost.config
+real = opcost.config.load_schema()
+def load_schema(*args, **kwargs):
+    schema = copy.deepcopy(real)
+    props = schema["properties"]["train"]["properties"]
+    props["n_estimators"]["default"] = 7
+    props["roofline_launch_s"]["default"] = 1.5e-5
+    return schema
+opcost.config.load_schema = load_schema
+from dataclasses import asdict, fields
+from opcost.train import TrainConfig
+props = real["properties"]["train"]["properties"]
+print(json.dumps({"config": asdict(TrainConfig()), "schema": sorted(props),
+                  "fields": sorted(f.name for f in fields(TrainConfig))}))
+"""
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    got = json.loads(run.stdout)
+    assert got["config"]["n_estimators"] == 7
+    assert got["config"]["roofline_launch_s"] == 1.5e-5
+    assert got["config"]["regressor"] == "random_forest"
+    # Every schema setting is a field; ``derived`` is not a config setting.
+    assert sorted(set(got["fields"]) - {"derived"}) == got["schema"]
