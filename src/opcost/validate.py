@@ -367,8 +367,8 @@ def prediction_networks(network_predictions: Mapping[str, pd.DataFrame]) -> pd.D
     Args:
         network_predictions: GPU configuration -> its
             ``results/predictors/{gpu}/network_predictions.parquet`` (columns
-            :data:`NETWORK_NEEDED`; the file has no ``gpu`` column, its path
-            names the GPU configuration).
+            :data:`NETWORK_NEEDED`); its ``gpu`` is the key, the configuration whose
+            directory holds the file.
 
     Returns:
         One row per (gpu, setting, mode, model_input), with ``gpu`` first and, for time,
