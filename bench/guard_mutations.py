@@ -158,7 +158,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         "predict-missing-dir",
         "bad input",
-        "src/opcost/predict.py",
+        "src/opcost/model/format.py",
         "    if not root.is_dir():",
         "    if False:",
         BAD_INPUT + "test_errors_end_with_one_line_and_exit_2",
@@ -167,7 +167,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         "feature-schema",
         "bad input",
-        "src/opcost/features.py",
+        "src/opcost/model/features.py",
         "    if list(columns) != expected:",
         "    if False:",
         BAD_INPUT + "test_incompatible_feature_schema_names_the_model_file",
@@ -656,7 +656,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         "predict-no-pickle",
         "security",
-        "src/opcost/predict.py",
+        "src/opcost/model/format.py",
         "        arrays = _npz_arrays(data)\n",
         "        arrays = dict(np.load(io.BytesIO(data), allow_pickle=True))\n",
         SECURITY + "test_hostile_model_file_is_refused_without_running_it[pickle]",
@@ -665,7 +665,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         "predict-tree-walk-ends",
         "security",
-        "src/opcost/predict.py",
+        "src/opcost/model/trees.py",
         "            or not np.array_equal(right == own, leaf)\n",
         "",
         SECURITY + "test_model_whose_walk_never_ends_is_refused",
@@ -674,7 +674,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         "predict-manifest-hash",
         "faults",
-        "src/opcost/predict.py",
+        "src/opcost/model/format.py",
         "        if hashlib.sha256(data).hexdigest() != expected"
         ' or len(data) != entry.get("bytes"):',
         "        if False:",
@@ -684,7 +684,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         "predict-manifest-last",
         "faults",
-        "src/opcost/predict.py",
+        "src/opcost/model/format.py",
         "    (directory / MANIFEST_FILE).unlink(missing_ok=True)\n    _write_model(",
         "    _write_model(",
         FAULTS + "test_predictor_without_a_matching_manifest_is_refused[save-interrupted]",
@@ -1020,6 +1020,26 @@ GUARDS: tuple[Guard, ...] = (
         '        min_run_time_s=float(profile_config.get("min_run_time_s", 1.0)),',
         "tests/test_harness.py::test_profile_options_default_to_the_config_schema",
         "profile.options_for: a default repeated as a literal beside the config schema",
+    ),
+    # --- issue 21: model ---
+    Guard(
+        "train-metrics-atomic",
+        "faults",
+        "src/opcost/train.py",
+        "    write_json_atomic(outputs.metrics, metrics)\n",
+        "    import json\n\n"
+        '    outputs.metrics.write_text(json.dumps(metrics, indent=1, sort_keys=True) + "\\n")\n',
+        "tests/test_train.py::test_a_full_disk_while_writing_metrics_keeps_the_previous_metrics",
+        "train_gpu: metrics.json written in place (a full disk leaves half a file)",
+    ),
+    Guard(
+        "train-defaults-from-schema",
+        "bad input",
+        "src/opcost/train.py",
+        '    n_estimators: int = _DEFAULT["n_estimators"]\n',
+        "    n_estimators: int = 300\n",
+        "tests/test_train.py::test_train_config_defaults_are_the_config_schemas",
+        "TrainConfig: a default of its own beside the config schema's",
     ),
 )
 

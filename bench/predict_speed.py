@@ -44,8 +44,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from opcost.features import op_counts
-from opcost.predict import FORMAT_VERSION, load_predictors, predict_networks, save_predictor
+from opcost.model.features import op_counts
+from opcost.model.format import FORMAT_VERSION, load_predictors, save_predictor
+from opcost.predict import predict_networks
 from opcost.spec import canonical_json, op_id
 from opcost.train import TrainConfig, fit_predictor
 
@@ -258,7 +259,7 @@ def summary(seconds: list[float]) -> str:
 
 def clear_caches() -> None:
     """Forget opcost's parsed ops, so that each timed run predicts as a fresh process does."""
-    for module in ("opcost.features", "opcost.predict"):
+    for module in ("opcost.model.features", "opcost.model.predictor"):
         for name in ("_op_vector", "_spec_type"):
             cached = getattr(sys.modules.get(module), name, None)
             if hasattr(cached, "cache_clear"):

@@ -107,7 +107,7 @@ def predictors(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Predictors trained on the real H100 sample (10 trees), one directory per GPU."""
     import pandas as pd
 
-    from opcost.predict import save_predictor
+    from opcost.model.format import save_predictor
     from opcost.train import TrainConfig, fit_predictor, op_rows
 
     root = tmp_path_factory.mktemp("predictors")

@@ -64,7 +64,7 @@ from conftest import reseal
 
 from opcost.cli import CliError, main, parse_shape
 from opcost.config import ConfigError, load_study
-from opcost.predict import TIME_FILE
+from opcost.model.format import TIME_FILE
 
 TESTS = Path(__file__).parent
 H100 = TESTS / "data" / "h100"

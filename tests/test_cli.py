@@ -95,7 +95,7 @@ def test_predict_says_when_a_choice_lies_within_the_predictors_error(capsys, pre
     0 %, which lies within any LONO error recorded in metrics.json."""
     from dataclasses import replace
 
-    from opcost.predict import load_predictor, save_predictor
+    from opcost.model.format import load_predictor, save_predictor
 
     h100 = load_predictor(predictors / "h100")
     for gpu in ("h100", "twin"):

@@ -990,10 +990,11 @@ def test_log_without_a_sample_says_so(tmp_path, body, says):
 def test_predictor_file_changed_in_place_is_refused_naming_it(predictors, tmp_path):
     """The time model's leaf values overwritten in place (same length; the file stays
     well-formed, and today predicts other times with exit code 0): refused, naming the
-    file, before anything is parsed (predict.py:_read_manifest)."""
+    file, before anything is parsed (model/format.py:_read_manifest)."""
     import shutil
 
-    from opcost.predict import TIME_FILE, PredictorError, load_predictor
+    from opcost.model import PredictorError
+    from opcost.model.format import TIME_FILE, load_predictor
 
     shutil.copytree(predictors / "h100", tmp_path / "h100")
     d = tmp_path / "h100"
@@ -1015,13 +1016,14 @@ def test_predictor_file_changed_in_place_is_refused_naming_it(predictors, tmp_pa
 def test_predictor_without_a_matching_manifest_is_refused(predictors, tmp_path, monkeypatch, fault):
     """No manifest (an older opcost's predictor), another format version, a save that
     stopped before the manifest was written, or a file the loader reads that the
-    manifest does not list: refused, naming the file (predict.py:_read_manifest,
+    manifest does not list: refused, naming the file (model/format.py:_read_manifest,
     :save_predictor)."""
     import shutil
     from dataclasses import replace
 
-    import opcost.predict
-    from opcost.predict import PredictorError, load_predictor, save_predictor
+    import opcost.io
+    from opcost.model import PredictorError
+    from opcost.model.format import load_predictor, save_predictor
 
     shutil.copytree(predictors / "h100", tmp_path / "h100")
     d = tmp_path / "h100"
@@ -1037,14 +1039,14 @@ def test_predictor_without_a_matching_manifest_is_refused(predictors, tmp_path, 
         # Saving another predictor over this one stops after its models are written.
         p = load_predictor(d)
         other = replace(p, time_model=p.power_model)
-        real = opcost.predict._write_atomic
+        real = opcost.io.write_atomic
 
         def fail_on_features(path, data):
             if path.name == "features.json":
                 raise OSError(28, "No space left on device")
             real(path, data)
 
-        monkeypatch.setattr(opcost.predict, "_write_atomic", fail_on_features)
+        monkeypatch.setattr(opcost.io, "write_atomic", fail_on_features)
         with pytest.raises(OSError, match="No space"):
             save_predictor(other, d)
         expected = f"{d}: no manifest.json"

@@ -1,4 +1,4 @@
-"""Tests for opcost.features: the fixed-length encoding of thesis section 4.2.
+"""Tests for opcost.model.features: the fixed-length encoding of thesis section 4.2.
 
 Expected vectors are written out by hand (the thesis's own example for a Linear and a
 Conv2d input); parameter counts and FLOPs are checked against PyTorch itself (the modules'
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from torch.utils.flop_counter import FlopCounterMode
 
 from opcost import spec as specs
-from opcost.features import (
+from opcost.model.features import (
     FEATURES_VERSION,
     FeatureSchema,
     SchemaError,

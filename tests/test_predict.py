@@ -24,35 +24,27 @@ import pandas as pd
 import pytest
 from conftest import reseal
 
-import opcost.predict
+import opcost.model.trees
 from opcost import spec as specs
-from opcost.features import (
+from opcost.model import PredictorError
+from opcost.model.accuracy import usable_power
+from opcost.model.features import (
     FEATURES_VERSION,
     FeatureSchema,
     SchemaError,
     build_schema,
     encode_features,
 )
-from opcost.predict import (
-    NEEDS_SETTINGS,
-    UNSEEN_TYPE,
-    Predictor,
-    PredictorError,
-    TreeEnsemble,
-    load_predictor,
-    load_predictors,
-    predict_networks,
-    save_predictor,
-    sum_by_count,
-    training_ranges,
-)
+from opcost.model.format import load_predictor, load_predictors, save_predictor
+from opcost.model.predictor import UNSEEN_TYPE, Predictor, sum_by_count, training_ranges
+from opcost.model.trees import TreeEnsemble
+from opcost.predict import NEEDS_SETTINGS, predict_networks
 from opcost.train import (
     TrainConfig,
     fit_predictor,
     make_regressor,
     op_rows,
     setting_conditions,
-    usable_power,
 )
 
 DATA = Path(__file__).parent / "data" / "h100"
@@ -559,9 +551,9 @@ def test_predictions_do_not_depend_on_blocks_chunks_or_threads(
     default = model.predict(x)
     # Walked 7 trees at a time in chunks of 7 rows, on 1 or 3 threads: the same bits,
     # because the leaf values are summed in one fixed order.
-    monkeypatch.setattr(opcost.predict, "_WALKERS", walkers)
-    monkeypatch.setattr(opcost.predict, "_CHUNK_ROWS", chunk_rows)
-    monkeypatch.setattr(opcost.predict, "_MAX_THREADS", threads)
+    monkeypatch.setattr(opcost.model.trees, "_WALKERS", walkers)
+    monkeypatch.setattr(opcost.model.trees, "_CHUNK_ROWS", chunk_rows)
+    monkeypatch.setattr(opcost.model.trees, "_MAX_THREADS", threads)
     np.testing.assert_array_equal(model.predict(x), default)
     np.testing.assert_allclose(default, time_rf.predict(x), rtol=1e-12)
 
@@ -602,3 +594,66 @@ def test_predict_from_an_op_table_imports_no_heavy_module(predictors_dir, tmp_pa
     assert lines[0].startswith("network,gpu,setting,mode,time_s")
     assert len(lines) == 1 + 2 + 1  # header, both modes, the import line
     assert lines[-1] == "imported: []"
+
+
+# --- issue 21: the predictor's format below both train and predict ------------------------
+
+
+def _opcost_imports(path: Path) -> set[str]:
+    """The opcost modules a source file imports, at any level (functions included)."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        found |= {n for n in names if n.startswith("opcost") and _module_path(n) is not None}
+    return found
+
+
+def _module_path(module: str) -> Path | None:
+    base = Path(opcost.model.trees.__file__).parents[1].joinpath(*module.split(".")[1:])
+    for path in (base / "__init__.py", base.with_suffix(".py")):
+        if path.is_file():
+            return path
+    return None
+
+
+def test_train_and_predict_share_the_format_below_them_without_cycles():
+    # train -> opcost.model <- predict: training does not import the serving module, and
+    # nothing that train, predict or validate reach imports back into them.
+    graph: dict[str, set[str]] = {}
+    todo = ["opcost.train", "opcost.predict", "opcost.validate"]
+    while todo:
+        module = todo.pop()
+        if module not in graph:
+            graph[module] = _opcost_imports(_module_path(module)) - {module}
+            todo += sorted(graph[module])
+    assert "opcost.predict" not in graph["opcost.train"]
+    assert "opcost.model.format" in graph["opcost.train"] & graph["opcost.predict"]
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        return any(
+            m == goal or (m not in seen and not seen.add(m) and reaches(m, goal, seen))
+            for m in graph.get(start, ())
+        )
+
+    cycles = sorted(m for m in graph if reaches(m, m, set()))
+    assert cycles == []
+
+
+def test_training_and_validation_import_no_torch():
+    # The model stages run on hosts without a GPU stack: importing them (and the
+    # predictor format) must not load torch, nor scikit-learn until a model is fitted.
+    code = (
+        "import sys\n"
+        "import opcost.train, opcost.validate, opcost.predict, opcost.model.format\n"
+        "print(sorted(m for m in ('torch', 'torchvision', 'sklearn') if m in sys.modules))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]"

@@ -417,14 +417,15 @@ def test_hostile_model_file_is_refused_without_running_it(predictors, tmp_path, 
     """A model file that runs a command when unpickled: a pickle, or a ``.npz`` with an
     object array. Its manifest entry is updated too (whoever can write the file can): it
     is refused naming the file, and the command never runs
-    (predict.py:_read_model, ``allow_pickle=False``)."""
+    (model/format.py:_read_model, ``allow_pickle=False``)."""
     import pickle
     import re
 
     import numpy as np
     from conftest import reseal
 
-    from opcost.predict import TIME_FILE, PredictorError, load_predictor
+    from opcost.model import PredictorError
+    from opcost.model.format import TIME_FILE, load_predictor
 
     d = _copy_h100(predictors, tmp_path)
     marker = tmp_path / "marker"
@@ -445,13 +446,14 @@ def test_hostile_model_file_is_refused_without_running_it(predictors, tmp_path, 
 def test_model_whose_walk_never_ends_is_refused(predictors, tmp_path):
     """A well-formed model file (plain arrays, manifest updated) whose first tree's root
     has itself as a child: a walk would loop for ever. Refused at load, naming the file
-    (predict.py:TreeEnsemble.from_arrays)."""
+    (model/trees.py:TreeEnsemble.from_arrays)."""
     import re
 
     import numpy as np
     from conftest import reseal
 
-    from opcost.predict import TIME_FILE, PredictorError, load_predictor
+    from opcost.model import PredictorError
+    from opcost.model.format import TIME_FILE, load_predictor
 
     d = _copy_h100(predictors, tmp_path)
     with np.load(d / TIME_FILE) as npz:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,26 +19,22 @@ import pandas as pd
 import pytest
 
 import opcost.train
-from opcost.features import SchemaError
-from opcost.predict import load_predictor
-from opcost.tables import TableError
+from opcost.io import TableError
+from opcost.model.accuracy import baseline_predictions, mape_pct, usable_power
+from opcost.model.features import SchemaError
+from opcost.model.format import HOLDOUT_COLUMNS, NETWORK_COLUMNS, load_predictor
 from opcost.train import (
-    HOLDOUT_COLUMNS,
-    NETWORK_COLUMNS,
     TrainConfig,
     TrainError,
     TrainOutputs,
-    baseline_predictions,
     crossval_predictions,
     fit_predictor,
     holdout_split,
     load_op_tables,
-    mape,
     network_predictions,
     op_rows,
     setting_conditions,
     train_gpu,
-    usable_power,
 )
 
 DATA = Path(__file__).parent / "data" / "h100"
@@ -68,9 +65,9 @@ def scores(cv: pd.DataFrame, prefix_time: str, prefix_power: str) -> dict[str, f
     ok = usable_power(cv)
     energy = cv[prefix_time] * cv[prefix_power]
     return {
-        "time": mape(cv[prefix_time], cv["time_s"]),
-        "power": mape(cv.loc[ok, prefix_power], cv.loc[ok, "power_w"]),
-        "energy": mape(energy[ok], cv.loc[ok, "energy_j"]),
+        "time": mape_pct(cv[prefix_time], cv["time_s"]),
+        "power": mape_pct(cv.loc[ok, prefix_power], cv.loc[ok, "power_w"]),
+        "energy": mape_pct(energy[ok], cv.loc[ok, "energy_j"]),
     }
 
 
@@ -80,9 +77,9 @@ def crossval(rows) -> pd.DataFrame:
 
 
 def test_mape_by_hand():
-    assert mape([110.0, 90.0], [100.0, 100.0]) == pytest.approx(10.0)
-    assert mape([1.0, np.nan], [2.0, 5.0]) == pytest.approx(50.0)
-    assert mape([np.nan], [1.0]) is None
+    assert mape_pct([110.0, 90.0], [100.0, 100.0]) == pytest.approx(10.0)
+    assert mape_pct([1.0, np.nan], [2.0, 5.0]) == pytest.approx(50.0)
+    assert math.isnan(mape_pct([np.nan], [1.0]))
 
 
 def test_op_rows_are_the_91_ops_in_both_modes(rows):
@@ -213,7 +210,7 @@ def test_time_only_dataset_trains_without_power(rows, tmp_path):
     assert pred["power_pred_w"].isna().all()
     assert pred["energy_pred_j"].isna().all()
     # Saved, it writes no power file; loaded, it has no power model.
-    from opcost.predict import save_predictor
+    from opcost.model.format import save_predictor
 
     (tmp_path / "power.npz").write_bytes(b"left from a predictor with power")
     save_predictor(predictor, tmp_path)
@@ -361,7 +358,7 @@ def test_roofline_ratio_multiplies_back_the_estimate_by_hand(large_rows, tmp_pat
     expected = np.exp(predictor.time_model.predict(x)) * t_ref.to_numpy()
     np.testing.assert_allclose(predictor.predict_rows(conv)["time_pred_s"], expected)
     # Saved and loaded, the predictor still multiplies by the same estimate.
-    from opcost.predict import save_predictor
+    from opcost.model.format import save_predictor
 
     save_predictor(predictor, tmp_path)
     loaded = load_predictor(tmp_path)
@@ -377,3 +374,81 @@ def test_time_target_is_checked():
         TrainConfig.from_config({"time_target": "roofline"})
     with pytest.raises(TrainError, match="train.roofline_bytes_per_s"):
         TrainConfig.from_config({"time_target": "roofline_ratio", "roofline_bytes_per_s": 0})
+
+
+# --- issue 21: one writer, defaults from the schema --------------------------------------
+
+
+def test_a_full_disk_while_writing_metrics_keeps_the_previous_metrics(tmp_path, monkeypatch):
+    # The disk fills half way through metrics.json: the previous file stays whole (the new
+    # one was written under a temporary name), and no temporary file is left behind.
+    import pathlib
+
+    out = TrainOutputs.under(tmp_path / "h100")
+    out.directory.mkdir()
+    out.metrics.write_text('{"previous": true}\n')
+    real_open = pathlib.Path.open
+
+    class HalfThenFull:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, data):
+            self.f.write(data[: len(data) // 2])
+            self.f.flush()
+            raise OSError(28, "No space left on device")
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+    def open_(self, mode="r", *args, **kwargs):
+        f = real_open(self, mode, *args, **kwargs)
+        return HalfThenFull(f) if "metrics.json" in self.name and "w" in mode else f
+
+    monkeypatch.setattr(pathlib.Path, "open", open_)
+    with pytest.raises(OSError, match="No space"):
+        train_gpu(DATASET, OPS, out, TrainConfig(n_estimators=2), "h100")
+    monkeypatch.undo()
+    assert json.loads(out.metrics.read_text()) == {"previous": True}
+    assert sorted(p.name for p in out.directory.iterdir() if "metrics" in p.name) == [
+        "metrics.json"
+    ]
+
+
+def test_train_config_defaults_are_the_config_schemas(tmp_path):
+    # The defaults live in the config schema only: a schema with other defaults gives a
+    # TrainConfig with those defaults, and every setting of the schema is a field.
+    code = """
+import copy, json
+import opcost.config
+real = opcost.config.load_schema()
+def load_schema(*args, **kwargs):
+    schema = copy.deepcopy(real)
+    props = schema["properties"]["train"]["properties"]
+    props["n_estimators"]["default"] = 7
+    props["roofline_launch_s"]["default"] = 1.5e-5
+    return schema
+opcost.config.load_schema = load_schema
+from dataclasses import asdict, fields
+from opcost.train import TrainConfig
+props = real["properties"]["train"]["properties"]
+print(json.dumps({"config": asdict(TrainConfig()), "schema": sorted(props),
+                  "fields": sorted(f.name for f in fields(TrainConfig))}))
+"""
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    got = json.loads(run.stdout)
+    assert got["config"]["n_estimators"] == 7
+    assert got["config"]["roofline_launch_s"] == 1.5e-5
+    assert got["config"]["regressor"] == "random_forest"
+    # Every schema setting is a field; ``derived`` is not a config setting.
+    assert sorted(set(got["fields"]) - {"derived"}) == got["schema"]

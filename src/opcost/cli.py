@@ -27,7 +27,8 @@ from typing import Any
 
 import pandas as pd
 
-from opcost.features import SchemaError
+from opcost.errors import OpcostError
+from opcost.model.features import SchemaError
 from opcost.names import MODES, NameError_
 from opcost.tables import TableError
 
@@ -475,6 +476,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     expected: tuple[type[BaseException], ...] = (
         CliError,
+        OpcostError,
         TableError,
         SchemaError,
         PredictorError,

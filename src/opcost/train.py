@@ -1,102 +1,28 @@
 """Training: per GPU configuration, a regressor for time and one for power (thesis chapter 4).
 
-Method
-------
-* Rows: the dataset's operation measurements (``kind == "op"``) with a positive time.
-  Features: :func:`opcost.features.encode_features`, with each row's *measured* SM clock,
-  memory clock and power limit, so one model covers every GPU setting (thesis 4.2).
-* Time: the regressor fits ``log(time_s)`` and predicts ``exp`` of it. Op times span
-  orders of magnitude; on the log scale the model's error is relative, which is what
-  matters when summing a network.
-* Time relative to a roofline (``time_target: roofline_ratio``, not the default): the
-  regressor fits ``log(time_s / t_ref)``, ``t_ref = max(flops / roofline_flops_per_s,
-  bytes_moved / roofline_bytes_per_s) + roofline_launch_s`` (the op's derived counts), and
-  a prediction is ``t_ref`` times ``exp`` of its output. A forest predicts no value beyond
-  those it was trained on; fitting a ratio, it learns an efficiency, and an op heavier
-  than any in training gets a time in proportion to its work. The constants need not be
-  the GPU's peaks: the forest learns the ratio. docs/validation.md has what it changes.
-* Power: the regressor fits ``power_w`` on the rows with usable power: finite and not
-  ``low_power_samples`` (too few distinct readings, which the evaluate stage says not to
-  use unflagged). Without such rows there is no power model, and power and energy
-  predictions are NaN. Energy = predicted time × predicted power (thesis 4.1).
-* Regressor: ``random_forest`` (thesis), ``extra_trees`` or ``gradient_boosting``
-  (scikit-learn's ``HistGradientBoostingRegressor``, so a model does not change with
-  whether XGBoost happens to be installed); hyperparameters from the config's ``train``.
-  Once fitted, it is stored as an :class:`opcost.predict.TreeEnsemble` (same predictions,
-  no scikit-learn needed to predict).
-* Prediction conditions: a user predicts at a GPU *setting*, not at a measured clock. The
-  conditions of a setting are the medians of the measured clocks and power limit over the
-  training rows of that setting and mode; the validations below predict at those
-  conditions too, exactly as ``opcost predict`` does.
+:func:`train_gpu` (the rule ``train``, ``opcost train``) reads a dataset, validates the
+method on it and writes the predictor (:mod:`opcost.model.format`) with its scores:
 
-Validation (written to ``metrics.json``)
-----------------------------------------
-* *Hold-out*: a random ``holdout_fraction`` of the operations (by ``op_id``: all of an op's
-  settings and modes) is left out of training and predicted. Baseline: the median time
-  and power of the training rows of the same op type and mode (the mode's median for a
-  type not in training).
-* *Leave one network out* (LONO): for each network whose op table is given, every op that
-  occurs in it is removed from training (also where other networks share it), the models
-  are trained on the rest, and the network's ops are predicted and summed by count. This
-  is the honest test of "a network never run". Its sums are compared with the measured
-  whole network (``kind == "network"`` rows) and with the sum of the network's measured
-  ops (the model's own error, without the summation error of thesis 5.1).
-* MAPE = mean(|predicted - measured| / measured) · 100, in percent. Power and energy are
-  scored only where the measured power is usable (as above).
+* :func:`fit_predictor`: the time model fits ``log(time_s)`` (or the log of time over a
+  roofline estimate, ``time_target: roofline_ratio``), the power model ``power_w`` on
+  rows with usable power (:func:`usable_power`); features are each row's op and measured
+  conditions (:mod:`opcost.model.features`); the fitted scikit-learn ensemble is kept as
+  a :class:`~opcost.model.trees.TreeEnsemble`.
+* :func:`holdout_predictions`: a random part of the ops left out and predicted, with a
+  per-type median baseline; :func:`network_predictions`: each network left out (every
+  op it holds) and predicted as the sum of its ops.
+* ``metrics.json``: MAPE (:func:`opcost.model.accuracy.mape_pct`) of both, per mode.
 
-Files (``results/predictors/{gpu}/``, written by :func:`train_gpu`)
--------------------------------------------------------------------
-``time.npz``, ``power.npz`` (none without power), ``features.json`` and
-``manifest.json`` (written last: the SHA-256 of every file here, the dataset's path and
-SHA-256): the predictor, see :mod:`opcost.predict`. ``metrics.json``: the scores, under ``holdout``
-(``op``, ``baseline_op``) and ``lono`` (``op``, ``baseline_op``, ``network``,
-``network_vs_summed_ops``), each per mode and ``all``: ``n``, ``time_mape_pct``,
-``power_mape_pct``, ``energy_mape_pct`` (null where nothing is comparable).
+The config's ``train`` section (its defaults in the config schema) becomes a
+:class:`TrainConfig`. docs/prediction.md describes the method and the current results,
+docs/formats.md the files::
 
-``holdout_predictions.parquet``, one row per held-out op measurement:
-
-==================== ===== ===========================================================
-column               unit  meaning
-==================== ===== ===========================================================
-gpu, setting, mode   --    as in the dataset
-op_id, op_type       --    the operation
-time_s               s     measured time per iteration
-time_pred_s          s     predicted (models trained without this op)
-power_w              W     measured power (NaN for time-only data)
-power_pred_w         W     predicted power (NaN without a power model)
-energy_j             J     measured energy per iteration
-energy_pred_j        J     time_pred_s · power_pred_w
-low_power_samples    --    the measured power is flagged (too few distinct readings)
-time_baseline_s      s     per-type median baseline (see above)
-power_baseline_w     W     per-type median baseline
-==================== ===== ===========================================================
-
-``network_predictions.parquet``, leave one network out, one row per network, setting and
-mode:
-
-==================== ===== ===========================================================
-column               unit  meaning
-==================== ===== ===========================================================
-gpu                  --    GPU configuration
-model_input          --    the network left out
-setting, mode        --    as in the dataset
-time_pred_s          s     Σ count · predicted op time
-energy_pred_j        J     Σ count · predicted op energy
-power_pred_w         W     energy_pred_j / time_pred_s
-time_s, energy_j     s, J  the measured whole network (NaN if not measured)
-power_w              W     the measured whole network's power
-time_sum_ops_s       s     Σ count · measured op time (NaN unless every op was measured)
-energy_sum_ops_j     J     Σ count · measured op energy (likewise)
-n_ops                --    distinct operations of the network
-n_ops_measured       --    of which measured at this setting and mode
-n_ops_unseen         --    of which of a type absent from the training data
-n_calls              --    Σ count
-==================== ===== ===========================================================
+    train_gpu("results/dataset/h100.parquet", op_tables, TrainOutputs.under(directory),
+              TrainConfig.from_config(config["train"]), "h100")
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -107,58 +33,28 @@ import numpy as np
 import pandas as pd
 
 from opcost import __version__
-from opcost.features import CONDITIONS, build_schema, encode_features
-from opcost.predict import (
+from opcost.config import load_schema
+from opcost.io import TableError, read_parquet, write_json_atomic, write_parquet_atomic
+from opcost.model.accuracy import baseline_predictions, network_scores, op_scores, usable_power
+from opcost.model.features import CONDITIONS, build_schema, encode_features
+from opcost.model.format import (
+    HOLDOUT_COLUMNS,
     HOLDOUT_FILE,
     MANIFEST_FILE,
     METRICS_FILE,
+    NETWORK_COLUMNS,
     NETWORKS_FILE,
-    Predictor,
-    TimeReference,
-    TreeEnsemble,
     save_predictor,
-    sum_by_count,
-    training_ranges,
 )
+from opcost.model.predictor import Predictor, TimeReference, sum_by_count, training_ranges
+from opcost.model.trees import TreeEnsemble
 from opcost.schemas import TRAIN_COLUMNS as DATASET_COLUMNS  # the columns training reads
-from opcost.tables import TableError, read_parquet, write_parquet_atomic
 
-REGRESSORS = ("random_forest", "extra_trees", "gradient_boosting")
-TIME_TARGETS = ("log_time", "roofline_ratio")
-HOLDOUT_COLUMNS = [
-    "gpu",
-    "setting",
-    "mode",
-    "op_id",
-    "op_type",
-    "time_s",
-    "time_pred_s",
-    "power_w",
-    "power_pred_w",
-    "energy_j",
-    "energy_pred_j",
-    "low_power_samples",
-    "time_baseline_s",
-    "power_baseline_w",
-]
-NETWORK_COLUMNS = [
-    "gpu",
-    "model_input",
-    "setting",
-    "mode",
-    "time_pred_s",
-    "energy_pred_j",
-    "power_pred_w",
-    "time_s",
-    "energy_j",
-    "power_w",
-    "time_sum_ops_s",
-    "energy_sum_ops_j",
-    "n_ops",
-    "n_ops_measured",
-    "n_ops_unseen",
-    "n_calls",
-]
+#: The config schema's ``train`` properties: TrainConfig's defaults and allowed values.
+_SCHEMA = load_schema()["properties"]["train"]["properties"]
+_DEFAULT = {name: prop["default"] for name, prop in _SCHEMA.items()}
+REGRESSORS = tuple(_SCHEMA["regressor"]["enum"])
+TIME_TARGETS = tuple(_SCHEMA["time_target"]["enum"])
 
 
 class TrainError(ValueError):
@@ -167,22 +63,21 @@ class TrainError(ValueError):
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """The config's ``train`` section (``workflow/schemas/config.schema.yaml``)."""
+    """The config's ``train`` section; each default and meaning is the config schema's."""
 
-    regressor: str = "random_forest"
-    n_estimators: int = 300
-    max_depth: int | None = None
-    min_samples_leaf: int = 1
-    holdout_fraction: float = 0.2
-    seed: int = 0
-    #: Whether the feature vector has the derived counts (FLOPs, parameters, bytes).
+    regressor: str = _DEFAULT["regressor"]
+    n_estimators: int = _DEFAULT["n_estimators"]
+    max_depth: int | None = _DEFAULT["max_depth"]
+    min_samples_leaf: int = _DEFAULT["min_samples_leaf"]
+    holdout_fraction: float = _DEFAULT["holdout_fraction"]
+    seed: int = _DEFAULT["seed"]
+    #: Whether the feature vector has the derived counts (FLOPs, parameters, bytes); not
+    #: a config setting (studies of the feature set change it).
     derived: bool = True
-    #: What the time model fits: ``log_time`` (thesis) or ``roofline_ratio``.
-    time_target: str = "log_time"
-    #: The roofline estimate ``roofline_ratio`` divides by (see the module docstring).
-    roofline_flops_per_s: float = 1e14
-    roofline_bytes_per_s: float = 2e12
-    roofline_launch_s: float = 5e-6
+    time_target: str = _DEFAULT["time_target"]
+    roofline_flops_per_s: float = _DEFAULT["roofline_flops_per_s"]
+    roofline_bytes_per_s: float = _DEFAULT["roofline_bytes_per_s"]
+    roofline_launch_s: float = _DEFAULT["roofline_launch_s"]
 
     @classmethod
     def from_config(cls, section: dict[str, Any]) -> TrainConfig:
@@ -246,11 +141,6 @@ def op_rows(dataset: pd.DataFrame) -> pd.DataFrame:
         raise TrainError(f"the dataset lacks columns {missing}; re-run the evaluate stage")
     rows = dataset[(dataset["kind"] == "op") & (dataset["time_s"] > 0)]
     return rows.reset_index(drop=True)
-
-
-def usable_power(rows: pd.DataFrame) -> pd.Series:
-    """Rows whose measured power may be used: finite and not ``low_power_samples``."""
-    return np.isfinite(rows["power_w"].astype("float64")) & ~rows["low_power_samples"].astype(bool)
 
 
 def setting_conditions(rows: pd.DataFrame) -> pd.DataFrame:
@@ -320,43 +210,6 @@ def _sklearn_version() -> str:
     return sklearn.__version__
 
 
-def predict_at_settings(predictor: Predictor, rows: pd.DataFrame) -> pd.DataFrame:
-    """Predict measured rows at their setting's trained conditions, as ``opcost predict`` does.
-
-    A row whose (setting, mode) the predictor was not trained on keeps its own measured
-    conditions.
-    """
-    columns = ["dtype", "tf32", *CONDITIONS]
-    cond = predictor.conditions.set_index(["setting", "mode"])[columns]
-    keys = pd.MultiIndex.from_arrays([rows["setting"], rows["mode"]])
-    known = keys.isin(cond.index)
-    at = rows.copy()
-    for c in columns:
-        at[c] = np.where(known, cond[c].reindex(keys).to_numpy(), rows[c].to_numpy())
-    at["tf32"] = at["tf32"].astype(bool)
-    return predictor.predict_rows(at)
-
-
-def baseline_predictions(train: pd.DataFrame, test: pd.DataFrame) -> pd.DataFrame:
-    """Naive baseline: median time and power of the training rows of the same type and mode.
-
-    A type not in training falls back to the median of its mode.
-    """
-    power_rows = train[usable_power(train)]
-    out = pd.DataFrame(index=test.index)
-    for column, source, name in (
-        ("time_s", train, "time_baseline_s"),
-        ("power_w", power_rows, "power_baseline_w"),
-    ):
-        by_type = source.groupby(["op_type", "mode"])[column].median()
-        by_mode = source.groupby("mode")[column].median()
-        keys = pd.MultiIndex.from_arrays([test["op_type"], test["mode"]])
-        values = by_type.reindex(keys).to_numpy()
-        fallback = by_mode.reindex(test["mode"]).to_numpy()
-        out[name] = np.where(np.isnan(values), fallback, values)
-    return out
-
-
 def holdout_split(op_ids: Sequence[str], fraction: float, seed: int) -> set[str]:
     """A random ``fraction`` of the distinct ops (at least one, never all)."""
     unique = sorted(set(op_ids))
@@ -375,11 +228,19 @@ def holdout_predictions(
     is_test = rows["op_id"].isin(held)
     train, test = rows[~is_test], rows[is_test]
     predictor = fit_predictor(train, cfg, gpu, n_jobs)
-    pred = predict_at_settings(predictor, test)
-    base = baseline_predictions(train, test)
-    out = pd.concat([test, pred, base], axis=1)
+    return _held_out(predictor, train, test, gpu).reset_index(drop=True)
+
+
+def _held_out(
+    predictor: Predictor, train: pd.DataFrame, test: pd.DataFrame, gpu: str
+) -> pd.DataFrame:
+    """``test``'s rows predicted by ``predictor`` (fitted on ``train``), with the baseline
+    of ``train``: ``HOLDOUT_COLUMNS``, ``test``'s index."""
+    out = pd.concat(
+        [test, predictor.predict_at_settings(test), baseline_predictions(train, test)], axis=1
+    )
     out["gpu"] = gpu
-    return out[HOLDOUT_COLUMNS].reset_index(drop=True)
+    return out[HOLDOUT_COLUMNS]
 
 
 def crossval_predictions(
@@ -398,16 +259,8 @@ def crossval_predictions(
     for fold in range(k):
         is_test = rows["op_id"].isin(set(ids[fold::k]))
         train, test = rows[~is_test], rows[is_test]
-        predictor = fit_predictor(train, cfg, gpu, n_jobs)
-        parts.append(
-            pd.concat(
-                [test, predict_at_settings(predictor, test), baseline_predictions(train, test)],
-                axis=1,
-            )
-        )
-    out = pd.concat(parts).sort_index()
-    out["gpu"] = gpu
-    return out[HOLDOUT_COLUMNS].reset_index(drop=True)
+        parts.append(_held_out(fit_predictor(train, cfg, gpu, n_jobs), train, test, gpu))
+    return pd.concat(parts).sort_index().reset_index(drop=True)
 
 
 def network_predictions(
@@ -482,11 +335,7 @@ def network_predictions(
                 }
             )
         if not measured_ops.empty:
-            p = predict_at_settings(predictor, measured_ops)
-            base = baseline_predictions(train, measured_ops)
-            o = pd.concat([measured_ops, p, base], axis=1)
-            o["gpu"] = gpu
-            o = o[HOLDOUT_COLUMNS].copy()
+            o = _held_out(predictor, train, measured_ops, gpu).copy()
             o["model_input"] = name
             op_out.append(o)
     per_network = pd.DataFrame(net_rows, columns=NETWORK_COLUMNS)
@@ -502,57 +351,6 @@ def _summed(ops: pd.DataFrame, column: str) -> float:
     """Σ count · value over measured ops; NaN if any value is missing (time-only data)."""
     values = ops[column] * ops["count"]
     return float(values.sum()) if values.notna().all() else np.nan
-
-
-def mape(predicted: Any, measured: Any) -> float | None:
-    """Mean absolute percentage error, percent; None where nothing is comparable."""
-    p = np.asarray(predicted, dtype=np.float64)
-    m = np.asarray(measured, dtype=np.float64)
-    ok = np.isfinite(p) & np.isfinite(m) & (m > 0)
-    if not ok.any():
-        return None
-    return float(np.mean(np.abs(p[ok] - m[ok]) / m[ok]) * 100.0)
-
-
-def _op_scores(table: pd.DataFrame, time_col: str, power_col: str) -> dict[str, Any]:
-    power_ok = usable_power(table)
-    energy_pred = (
-        table["time_pred_s"] * table["power_pred_w"]
-        if time_col == "time_pred_s"
-        else table[time_col] * table[power_col]
-    )
-    return {
-        "n": len(table),
-        "n_power": int(power_ok.sum()),
-        "time_mape_pct": mape(table[time_col], table["time_s"]),
-        "power_mape_pct": mape(table.loc[power_ok, power_col], table.loc[power_ok, "power_w"]),
-        "energy_mape_pct": mape(energy_pred[power_ok], table.loc[power_ok, "energy_j"]),
-    }
-
-
-def op_scores(table: pd.DataFrame, *, baseline: bool = False) -> dict[str, Any]:
-    """Op-level MAPE of time, power and energy per mode and over all modes."""
-    cols = ("time_baseline_s", "power_baseline_w") if baseline else ("time_pred_s", "power_pred_w")
-    out = {mode: _op_scores(g, *cols) for mode, g in table.groupby("mode", sort=True)}
-    out["all"] = _op_scores(table, *cols)
-    return out
-
-
-def network_scores(table: pd.DataFrame, time_col: str, energy_col: str) -> dict[str, Any]:
-    """Network-level MAPE of predicted sums against ``time_col``/``energy_col``, per mode."""
-
-    def score(g: pd.DataFrame) -> dict[str, Any]:
-        power = g[energy_col] / g[time_col]
-        return {
-            "n": int(g[time_col].notna().sum()),
-            "time_mape_pct": mape(g["time_pred_s"], g[time_col]),
-            "energy_mape_pct": mape(g["energy_pred_j"], g[energy_col]),
-            "power_mape_pct": mape(g["power_pred_w"], power),
-        }
-
-    out = {mode: score(g) for mode, g in table.groupby("mode", sort=True)}
-    out["all"] = score(table)
-    return out
 
 
 def build_metrics(
@@ -679,7 +477,7 @@ def train_gpu(
     predictor.meta["dataset"] = str(dataset_path)
     write_parquet_atomic(holdout, outputs.holdout)
     write_parquet_atomic(lono_networks, outputs.networks)
-    outputs.metrics.write_text(json.dumps(metrics, indent=1, sort_keys=True) + "\n")
+    write_json_atomic(outputs.metrics, metrics)
     save_predictor(predictor, outputs.directory, dataset=dataset_path)
     log(f"done in {time.perf_counter() - t0:.1f} s")
     return metrics
@@ -696,10 +494,8 @@ __all__ = [
     "holdout_predictions",
     "holdout_split",
     "make_regressor",
-    "mape",
     "network_predictions",
     "op_rows",
-    "predict_at_settings",
     "setting_conditions",
     "train_gpu",
     "usable_power",

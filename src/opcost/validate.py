@@ -1,107 +1,24 @@
 """Validation: summed operations against whole networks, predictions against measurements.
 
-Two questions (thesis chapter 5):
+Two questions (thesis chapter 5), each a table under ``results/validation/``:
 
-* *Dataset validation* (5.1): is the sum of a network's measured operations, each times
-  how often it occurs, close to the measurement of the whole network? The whole network
-  is measured by the same harness, as one large operation.
-* *Prediction accuracy* (5.2): how close are the predictors' outputs to measurements, for
-  operations held out of training and for whole networks left out of training?
+* :func:`dataset_validation` (5.1): is the sum of a network's measured operations, each
+  times how often it occurs, close to the measurement of the whole network? Per GPU
+  configuration, setting, mode and model-input set, over all its ops and over its module
+  ops only: the sum ``S = Σ c_i x_i``, its spread ``σ_S = sqrt(Σ (c_i σ_i)²)``, the
+  ratio to the measured network, ``z``, the GPU-busy share and the overlap estimate.
+  :func:`validation_summary` makes the report's CSV of it.
+* :func:`prediction_ops`, :func:`prediction_networks`, :func:`prediction_metrics` (5.2):
+  the held-out ops and left-out networks that training wrote, with their errors
+  (:mod:`opcost.model.accuracy`), summarised per GPU configuration, mode, quantity and
+  op type; :func:`configuration_choice`: whether the predictions pick the measured best
+  GPU configuration and setting.
 
-Dataset validation (``results/validation/dataset_validation.parquet``)
------------------------------------------------------------------------
-For every GPU configuration, GPU setting and mode in the dataset and every model-input set
-with an operations table, and twice: over all of the set's operations
-(``ops_included = "all"``) and over its module operations only (``"module"``: functional
-operations such as residual additions and ``flatten`` left out):
+docs/validation.md gives the method (formulas, what the sigmas hold) and the current
+findings; docs/formats.md the columns::
 
-    S = sum_i c_i x_i                     (summed time or energy per iteration)
-    sigma_S = sqrt( sum_i (c_i sigma_i)^2 )
-
-with c_i the count of operation i in one forward pass, x_i its measured ``time_s`` or
-``energy_j`` and sigma_i its ``sigma_time_s`` or ``sigma_energy_j`` (thesis 3.8, 3.9). The c_i
-occurrences of one operation share one measurement, so their errors are fully correlated
-and add linearly (c_i sigma_i); different operations are measured independently, so they
-add in quadrature. Compared with the measured network M (sigma_M):
-
-    ratio = S / M   (the share of the whole the sum accounts for)
-    rel_diff = S / M - 1
-    z = (S - M) / sqrt(sigma_S^2 + sigma_M^2)
-
-The same sum of *GPU-busy time* tells the GPU's share apart from the host's. An
-operation's GPU-busy time per iteration is its ``time_s`` times the share of its timed
-window in which a kernel ran (``utilization_gpu_pct`` / 100, nvidia-smi's
-``utilization.gpu``). Where a network is bound by the host (short kernels, launched from
-Python), its wall time is mostly the host's, and an operation alone pays the host's cost
-differently than inside the network (no overlap with kernels queued ahead); its GPU work,
-though, is the same. ``gpu_busy_rel_diff`` near 0 with a large ``time_rel_diff`` says
-the decomposition holds on the GPU and the difference is the host's.
-
-In a network the host issues the next kernels while the GPU still runs the ones queued
-before, so its time is nearer the larger of the two shares than their sum. The *overlap
-estimate* takes each operation's time apart into GPU-busy and host-only time and sums
-each: ``time_overlap_sum_s = max(sum_i c_i t_i u_i, sum_i c_i t_i (1 - u_i))``. In
-training at batch 64 (``tests/data/hopper-large``, four GPU configurations) it lands
-within a median 1.8 to 4.7 % of the measured networks where the plain sum misses by 6.5
-to 13.2 % (``python bench/accuracy.py``). In inference, and at
-batch 1 and 8, it does no better than the plain sum or worse (utilisation is sampled
-coarsely, and an op alone leaves the GPU idle in ways the network does not).
-
-The sigmas are those of the dataset: sigma_time_s is the spread of the per-iteration time
-between timed blocks (not the error of its mean), and sigma_energy_j holds the power spread
-only (3.5, 3.9), not the time's. z therefore says whether a difference is larger than the
-measurement spread, not whether it is statistically significant in the strict sense.
-
-Columns (one row per gpu, setting, mode, model_input, ops_included):
-
-======================== ====== ==========================================================
-column                   unit   meaning
-======================== ====== ==========================================================
-gpu, setting, mode       --     as in the dataset
-model_input              --     the model-input set
-ops_included             --     ``all`` or ``module``
-size_class               --     ``small`` or ``large`` (:func:`size_classes`)
-n_ops                    --     distinct operations included
-n_op_calls               --     sum of their counts (operations run per forward pass)
-n_ops_missing            --     included operations without a measurement (failed ones)
-n_ops_low_power_samples  --     measured operations flagged ``low_power_samples``
-complete                 --     n_ops_missing == 0
-network_measured         --     the whole network has a measurement
-time_sum_s               s      S for time per iteration (over measured operations)
-sigma_time_sum_s         s      sigma_S for time
-time_measured_s          s      M: the network's ``time_s``
-sigma_time_measured_s    s      its ``sigma_time_s``
-time_ratio               --     S / M
-time_rel_diff            --     S / M - 1
-time_z                   --     (S - M) / sqrt(sigma_S^2 + sigma_M^2)
-time_share_of_all        --     S / S(all operations): 1 for ``all``
-energy_*                 J      the same for energy per iteration (NaN without power)
-power_sum_w              W      energy_sum_j / time_sum_s: mean power of the sum
-gpu_busy_sum_s           s      sum_i c_i time_s_i utilization_i / 100 (NaN without
-                                 utilization: time-only data)
-gpu_busy_measured_s      s      the network's time_s times its utilization / 100
-gpu_busy_rel_diff        --     gpu_busy_sum_s / gpu_busy_measured_s - 1
-time_overlap_sum_s       s      max(gpu_busy_sum_s, time_sum_s - gpu_busy_sum_s): the
-                                 overlap estimate of the network's time
-time_overlap_rel_diff    --     time_overlap_sum_s / time_measured_s - 1
-power_measured_w         W      the network's ``power_w``
-sigma_power_measured_w   W      its ``sigma_power_w``
-sm_clock_mhz             MHz    measured SM clock during the network measurement
-power_limit_w            W      power limit during the network measurement
-requested_sm_clock_mhz   MHz    the setting's locked SM clock (null unless ``sm{MHz}``)
-requested_power_limit_w  W      the setting's power limit (null unless ``pl{W}``)
-gpu_name                 --     e.g. ``NVIDIA H100 80GB HBM3``
-measured_at_unix_s       s      start of the network's timed region (UTC)
-======================== ====== ==========================================================
-
-Prediction accuracy
--------------------
-The relative error of a prediction is ``pred / measured - 1``; the absolute percentage
-error (APE) its absolute value times 100. ``results/validation/prediction_ops.parquet``
-holds every held-out operation with its errors, ``prediction_metrics.parquet`` summarises
-them per GPU configuration, mode, quantity and operation type (settings pooled: the clock
-is a feature of the predictors), and ``prediction_networks.parquet`` holds every
-leave-one-network-out prediction with its errors.
+    table = dataset_validation(dataset, read_network_ops(op_table_paths))
+    metrics = prediction_metrics(prediction_ops(holdouts), prediction_networks(networks))
 """
 
 from __future__ import annotations
@@ -113,7 +30,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from opcost.tables import read_parquet
+from opcost.io import read_parquet
+from opcost.model.accuracy import error_summary, relative_error
+from opcost.model.format import HOLDOUT_COLUMNS, NETWORK_COLUMNS
 
 #: Which operations a sum includes: all of them, or module operations only.
 OPS_INCLUDED = ("all", "module")
@@ -125,30 +44,19 @@ QUANTITY_COLUMNS = {
     "energy": ("energy_j", "energy_pred_j"),
 }
 NETWORK_OPS_COLUMNS = ["model_input", "op_id", "kind", "count"]
-HOLDOUT_COLUMNS = [
-    "gpu",
-    "setting",
-    "mode",
-    "op_id",
-    "op_type",
-    "time_s",
-    "time_pred_s",
-    "power_w",
-    "power_pred_w",
-    "energy_j",
-    "energy_pred_j",
+#: The columns of the training stage's tables (:mod:`opcost.model.format`) that this
+#: stage needs; it keeps the others. The baseline is not validated here, and the GPU of
+#: a network prediction is the one whose directory holds the file.
+HOLDOUT_NEEDED = [
+    c
+    for c in HOLDOUT_COLUMNS
+    if c not in ("low_power_samples", "time_baseline_s", "power_baseline_w")
 ]
-NETWORK_PREDICTION_COLUMNS = [
-    "model_input",
-    "setting",
-    "mode",
-    "time_pred_s",
-    "energy_pred_j",
-    "power_pred_w",
-    "time_s",
-    "energy_j",
-    "n_ops",
-    "n_ops_unseen",
+NETWORK_NEEDED = [
+    c
+    for c in NETWORK_COLUMNS
+    if c
+    not in ("gpu", "power_w", "time_sum_ops_s", "energy_sum_ops_j", "n_ops_measured", "n_calls")
 ]
 _KEYS = ["gpu", "setting", "mode"]
 
@@ -420,8 +328,7 @@ def with_errors(table: pd.DataFrame, quantities: Sequence[str] = QUANTITIES) -> 
         measured, pred = QUANTITY_COLUMNS[q]
         if measured not in out.columns or pred not in out.columns:
             continue
-        m = out[measured].astype(float)
-        rel = out[pred].astype(float) / m.where(m > 0) - 1
+        rel = relative_error(out[pred], out[measured])
         out[f"{q}_rel_err"] = rel
         out[f"{q}_ape_pct"] = rel.abs() * 100
     return out
@@ -441,16 +348,14 @@ def prediction_ops(holdout: Iterable[pd.DataFrame]) -> pd.DataFrame:
 
     Args:
         holdout: ``results/predictors/{gpu}/holdout_predictions.parquet`` tables (columns
-            :data:`HOLDOUT_COLUMNS`).
+            :data:`HOLDOUT_NEEDED`).
 
     Returns:
         The rows concatenated, plus ``op_name`` (:func:`short_op_type`) and, for each of
         time, power and energy, ``{q}_rel_err`` and ``{q}_ape_pct``.
     """
-    frames = [_checked(h, HOLDOUT_COLUMNS, "holdout predictions") for h in holdout]
-    table = (
-        pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=HOLDOUT_COLUMNS)
-    )
+    frames = [_checked(h, HOLDOUT_NEEDED, "holdout predictions") for h in holdout]
+    table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=HOLDOUT_NEEDED)
     table = with_errors(table)
     table["op_name"] = table["op_type"].map(short_op_type).astype(_STR)
     return table
@@ -462,8 +367,8 @@ def prediction_networks(network_predictions: Mapping[str, pd.DataFrame]) -> pd.D
     Args:
         network_predictions: GPU configuration -> its
             ``results/predictors/{gpu}/network_predictions.parquet`` (columns
-            :data:`NETWORK_PREDICTION_COLUMNS`; the file has no ``gpu`` column, its path
-            names the GPU configuration).
+            :data:`NETWORK_NEEDED`); its ``gpu`` is the key, the configuration whose
+            directory holds the file.
 
     Returns:
         One row per (gpu, setting, mode, model_input), with ``gpu`` first and, for time,
@@ -472,10 +377,10 @@ def prediction_networks(network_predictions: Mapping[str, pd.DataFrame]) -> pd.D
     """
     frames = []
     for gpu, frame in network_predictions.items():
-        frame = _checked(frame, NETWORK_PREDICTION_COLUMNS, f"network predictions of {gpu}")
+        frame = _checked(frame, NETWORK_NEEDED, f"network predictions of {gpu}")
         frames.append(frame.assign(gpu=gpu))
     if not frames:
-        return pd.DataFrame(columns=["gpu", *NETWORK_PREDICTION_COLUMNS])
+        return pd.DataFrame(columns=["gpu", *NETWORK_NEEDED])
     table = pd.concat(frames, ignore_index=True)
     table = table[["gpu", *[c for c in table.columns if c != "gpu"]]]
     if "power_w" not in table.columns:
@@ -494,49 +399,6 @@ def _checked(frame: pd.DataFrame, columns: list[str], what: str) -> pd.DataFrame
             f"the {what} lack columns {missing}; rerun the train stage (docs/formats.md)"
         )
     return frame
-
-
-def _log_r2(measured: np.ndarray, pred: np.ndarray) -> float:
-    ok = (measured > 0) & (pred > 0)
-    if ok.sum() < 2:
-        return math.nan
-    y, p = np.log10(measured[ok]), np.log10(pred[ok])
-    ss_tot = ((y - y.mean()) ** 2).sum()
-    return float(1 - ((y - p) ** 2).sum() / ss_tot) if ss_tot > 0 else math.nan
-
-
-def error_summary(measured: np.ndarray, pred: np.ndarray) -> dict[str, float]:
-    """Accuracy of predictions ``pred`` of ``measured`` (pairs with a NaN are left out).
-
-    Returns:
-        ``n``; ``mape_pct`` (mean absolute percentage error), ``median_ape_pct``,
-        ``p90_ape_pct``; ``median_rel_err_pct`` (signed: > 0 overestimates); ``r2_log10``,
-        the coefficient of determination of log10(pred) against log10(measured) (values
-        span orders of magnitude, so a plain R² would only reflect the largest ones).
-    """
-    measured = np.asarray(measured, dtype=float)
-    pred = np.asarray(pred, dtype=float)
-    ok = np.isfinite(measured) & np.isfinite(pred) & (measured > 0)
-    measured, pred = measured[ok], pred[ok]
-    if not len(measured):
-        return {
-            "n": 0,
-            "mape_pct": math.nan,
-            "median_ape_pct": math.nan,
-            "p90_ape_pct": math.nan,
-            "median_rel_err_pct": math.nan,
-            "r2_log10": math.nan,
-        }
-    rel = pred / measured - 1
-    ape = np.abs(rel) * 100
-    return {
-        "n": len(measured),
-        "mape_pct": float(ape.mean()),
-        "median_ape_pct": float(np.median(ape)),
-        "p90_ape_pct": float(np.percentile(ape, 90)),
-        "median_rel_err_pct": float(np.median(rel) * 100),
-        "r2_log10": _log_r2(measured, pred),
-    }
 
 
 def prediction_metrics(pred_ops: pd.DataFrame, pred_networks: pd.DataFrame) -> pd.DataFrame:

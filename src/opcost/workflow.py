@@ -34,10 +34,10 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 def _module_file(module: str) -> Path:
-    """``opcost`` -> its ``__init__.py``; ``opcost.x`` -> ``x.py`` of the package."""
-    if module == "opcost":
-        return PACKAGE_DIR / "__init__.py"
-    return PACKAGE_DIR / f"{module.removeprefix('opcost.')}.py"
+    """``opcost`` -> its ``__init__.py``; ``opcost.x.y`` -> ``x/y.py``, or ``x/y/__init__.py``
+    for a subpackage."""
+    path = PACKAGE_DIR.joinpath(*module.split(".")[1:])
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
 
 
 def _opcost_imports(source: str) -> set[str]:
@@ -50,14 +50,14 @@ def _opcost_imports(source: str) -> set[str]:
             if node.module.split(".")[0] != "opcost":
                 continue
             found.add(node.module)
-            if node.module == "opcost":
-                # `from opcost import x`: x is a module of the package or a name of it.
-                found |= {
-                    f"opcost.{a.name}"
-                    for a in node.names
-                    if _module_file(f"opcost.{a.name}").is_file()
-                }
-    return found
+            # `from opcost.p import x`: x is a module of the package or a name of it.
+            found |= {
+                f"{node.module}.{a.name}"
+                for a in node.names
+                if _module_file(f"{node.module}.{a.name}").is_file()
+            }
+    # Importing opcost.p.x runs opcost/p/__init__.py first.
+    return found | {m.rsplit(".", 1)[0] for m in found if m.count(".") > 1}
 
 
 @cache

@@ -2,7 +2,7 @@
 
 import pandas as pd
 
-from opcost.tables import read_parquet, write_parquet_atomic
+from opcost.io import read_parquet, write_csv_atomic, write_parquet_atomic
 from opcost.validate import dataset_validation, read_network_ops, validation_summary
 from opcost.workflow import require_raw_logs
 
@@ -12,7 +12,7 @@ for path in sm.input.datasets:
 dataset = pd.concat([read_parquet(p) for p in sm.input.datasets], ignore_index=True)
 table = dataset_validation(dataset, read_network_ops(sm.input.ops))
 write_parquet_atomic(table, sm.output.table)
-validation_summary(table).to_csv(sm.output.summary, index=False)
+write_csv_atomic(validation_summary(table), sm.output.summary)
 with open(sm.log[0], "w") as log:
     all_ops = table[table["ops_included"] == "all"]
     log.write(

@@ -1,6 +1,6 @@
 """Prediction errors at the operation and network level (rule validate_predictions)."""
 
-from opcost.tables import read_parquet, write_parquet_atomic
+from opcost.io import read_parquet, write_csv_atomic, write_parquet_atomic
 from opcost.validate import prediction_metrics, prediction_networks, prediction_ops
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
@@ -12,6 +12,6 @@ metrics = prediction_metrics(ops, networks)
 write_parquet_atomic(ops, sm.output.ops)
 write_parquet_atomic(networks, sm.output.networks)
 write_parquet_atomic(metrics, sm.output.metrics)
-metrics.round(4).to_csv(sm.output.summary, index=False)
+write_csv_atomic(metrics.round(4), sm.output.summary)
 with open(sm.log[0], "w") as log:
     log.write(f"{len(ops)} held-out operations, {len(networks)} network predictions\n")

@@ -1,41 +1,17 @@
 """Feature encoding: one fixed-length numeric vector per measurement (thesis section 4.2).
 
-Tree models take numbers only, and operations differ in how many input dimensions and
-which attributes they have. Every entry that may not apply is therefore a pair
-``(value, flag)``: the value and 1 where it applies, ``-1`` and 0 where it does not (there
-are no negative sizes). A Linear input of shape (32, 128) padded to four dimensions is
-``(32, 1, 128, 1, -1, 0, -1, 0)``, as in the thesis.
+Tree models take numbers only, and ops differ in how many inputs, dimensions and
+attributes they have; every entry that may not apply is a pair ``(value, flag)``:
+the value and 1 where it applies, ``-1`` and 0 where it does not. The vector holds the
+one-hot op type, the input shapes, the attributes of :data:`ATTRIBUTES`, numeric call
+arguments, mode, dtype width, TF32, the measured clocks and power limit, and (with
+``derived``) FLOPs, parameters, element counts, bytes moved and arithmetic intensity;
+docs/prediction.md lists every column. A :class:`FeatureSchema` fixes the columns; it
+is saved with the models (``features.json``) and a model is used only with the schema it
+was trained with (:func:`check_schema`)::
 
-The vector, in column order (:meth:`FeatureSchema.columns`):
-
-* ``type[<op type>]``: one-hot operation type, over the types of the training data. A
-  type the model never saw encodes as all zeros (and :mod:`opcost.predict` flags it).
-* ``is_module``: 1 for a module, 0 for a functional op; ``n_inputs``: tensor inputs;
-  ``strided_inputs``: those of them not contiguous (a permuted or channels-last view,
-  which runs other kernels than a contiguous tensor of the same shape).
-* ``in{i}_d{j}`` and ``in{i}_d{j}_flag``: dimension j of tensor input i (all inputs in
-  call order, the first :attr:`FeatureSchema.n_inputs` of them), padded to
-  :attr:`FeatureSchema.max_dims`. An input with more dimensions keeps its first
-  ``max_dims - 1`` and folds the rest into the last entry (their product).
-* ``attr_{name}_{k}`` and ``..._flag``: each attribute of :data:`ATTRIBUTES` (module
-  attributes, or keyword arguments of a functional op), tuples split into components.
-  An integer given for a spatial tuple attribute (``kernel_size=3``) is broadcast over
-  the input's spatial dimensions, as PyTorch does. Booleans are 0/1.
-* ``arg{k}`` and ``arg{k}_flag``: the first numeric positional arguments of a call
-  (``torch.flatten(x, 1)``, ``torch.cat([a, b], 1)``).
-* ``training``: 1 in training mode; ``dtype_bytes``: bytes per element of the GPU
-  configuration's dtype; ``tf32``: 0/1.
-* ``sm_clock_mhz``, ``mem_clock_mhz``, ``power_limit_w``: measured conditions (thesis:
-  "the GPU clock as a parameter"), so one model covers every GPU setting; ``-1`` where
-  not measured (CPU datasets).
-* Derived (``derived=True``): ``flops`` (forward floating-point operations, a
-  multiply-add counting 2), ``params`` (parameter elements), ``input_numel``,
-  ``output_numel``, ``bytes_moved`` (inputs + outputs + parameters, times
-  ``dtype_bytes``) and ``flops_per_byte`` (arithmetic intensity). Trees split on one
-  feature at a time and cannot form these products themselves.
-
-The schema is saved as JSON next to the models (``features.json``); a model is used only
-with the schema it was trained with (:func:`check_schema`).
+    schema = build_schema(rows["op_type"], derived=True)
+    x = encode_features(rows, schema)          # rows: spec, mode, dtype, tf32, conditions
 """
 
 from __future__ import annotations
