@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from opcost import schemas
-from opcost.features import CONDITIONS
+from opcost.model.features import CONDITIONS
 
 REPO = Path(__file__).resolve().parents[1]
 FORMATS_MD = REPO / "docs" / "formats.md"
