@@ -106,8 +106,8 @@ class Worker:
         with self._lock:
             if self._interrupted:
                 raise WorkerError(
-                    f"measurement not started ({function}): Snakemake was told to stop "
-                    "(SIGINT or SIGTERM); no raw log was written, rerun the same command"
+                    f"measurement not started ({function}): Snakemake was interrupted; "
+                    "no raw log was written, rerun the same command"
                 )
             proc = self._running()
             if self._interrupted:
@@ -122,8 +122,7 @@ class Worker:
                 if self._interrupted:
                     raise WorkerError(
                         f"measurement stopped (pid {proc.pid}, {function}): Snakemake was "
-                        "told to stop (SIGINT or SIGTERM); no raw log was written, rerun the "
-                        "same command"
+                        "interrupted; no raw log was written, rerun the same command"
                     ) from e
                 raise WorkerError(
                     f"the measurement worker (pid {proc.pid}) exited with code {code} while "
@@ -285,8 +284,7 @@ def stop_on_terminate(exit_after_s: float | None = None) -> None:
     Replaces Snakemake's SIGTERM handler (checked against Snakemake 9.27.1) with
     :func:`_exit_gracefully`: the measurement running in the worker stops at once (SIGTERM:
     it unwinds, restores the GPU setting and leaves no raw log), no further measurement
-    starts, jobs of other rules still running finish, and Snakemake ends. Before, a
-    SIGTERM let the measurement run to its end, and could deadlock Snakemake for good.
+    starts, jobs of other rules still running finish, and Snakemake ends.
 
     Args:
         exit_after_s: end the process this long after a SIGTERM if it still runs. For a
