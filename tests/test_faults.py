@@ -1335,7 +1335,8 @@ def test_sigterm_ends_a_batch_and_its_measurement_at_once(repo, tmp_path):
             proc.kill()
             proc.wait()
     assert code != 0
-    assert "Snakemake was told to stop" in (tmp_path / "run.log").read_text()
+    assert "measurement stopped" in (tmp_path / "run.log").read_text()
+    assert "Snakemake was interrupted" in (tmp_path / "run.log").read_text()
     assert not (work / f"{raw}.json").exists()
     assert not (work / f"{raw}.csv").exists()
     assert not list((work / "results/raw").rglob(".*.tmp-*"))
