@@ -1041,6 +1041,52 @@ GUARDS: tuple[Guard, ...] = (
         "tests/test_train.py::test_train_config_defaults_are_the_config_schemas",
         "TrainConfig: a default of its own beside the config schema's",
     ),
+    # --- issue 20: SIGTERM ---
+    Guard(
+        "sigterm-handler-takes-no-lock",
+        "faults",
+        "src/opcost/worker.py",
+        "        scheduler_class.exit_gracefully = _exit_gracefully\n",
+        "",
+        FAULTS + "test_sigterm_while_snakemake_holds_its_scheduler_lock_is_handled",
+        "worker.stop_on_terminate: Snakemake's own SIGTERM handler kept (it takes its lock)",
+    ),
+    Guard(
+        "sigterm-stops-measurement",
+        "faults",
+        "src/opcost/worker.py",
+        '    _SHARED.interrupt()\n    scheduler._user_kill = "graceful"\n',
+        '    scheduler._user_kill = "graceful"\n',
+        FAULTS + "test_sigterm_ends_a_batch_and_its_measurement_at_once",
+        "worker._exit_gracefully: SIGTERM no longer stops the running measurement",
+    ),
+    Guard(
+        "sigterm-handler-installed",
+        "faults",
+        "workflow/rules/common.smk",
+        "worker.stop_on_terminate(\n",
+        "(\n",
+        FAULTS + "test_sigterm_ends_a_batch_and_its_measurement_at_once",
+        "common.smk: the SIGTERM handler not installed",
+    ),
+    Guard(
+        "batch-ends-itself-after-sigterm",
+        "faults",
+        "src/opcost/worker.py",
+        "    os._exit(128 + signal.SIGTERM)\n",
+        "",
+        FAULTS + "test_a_batch_still_running_after_sigterm_ends_itself",
+        "worker._exit_soon: a batch still running after SIGTERM is not ended",
+    ),
+    Guard(
+        "stopped-worker-takes-no-request",
+        "faults",
+        "src/opcost/worker.py",
+        "            if self._interrupted:\n                raise WorkerError(\n",
+        "            if False:\n                raise WorkerError(\n",
+        "tests/test_worker.py::test_a_stopped_client_starts_no_further_measurement",
+        "Worker.call: a process told to stop still starts a measurement",
+    ),
 )
 
 

@@ -1236,3 +1236,159 @@ def test_a_dataset_with_a_row_whose_raw_log_is_gone_is_refused(tmp_path):
     pd.DataFrame({"json_path": [str(raw / "a.json"), str(raw / "b.json")]}).to_parquet(dataset)
     with pytest.raises(MissingRawLogError, match=rf"{dataset}.*{raw / 'b.csv'}.*`snakemake`"):
         require_raw_logs(dataset)
+
+
+# --- issue 20: SIGTERM ----------------------------------------------------------------------
+
+# One network measured for a minute: a SIGTERM reaches its job mid-measurement.
+SIGTERM_STUDY = """
+models:
+  - {model: "toymodels.nets:tiny_mlp", inputs: [[8, 16]]}
+modes: [inference]
+gpus:
+  cpu: {device: cpu}
+profile: {min_run_time_s: 60.0, warmup_s: 0.005}
+"""
+SIGTERM_JOB = (
+    "profile_network:gpu=cpu,setting=default,mode=inference,"
+    "model_input=toymodels.nets.tiny_mlp_8x16"
+)
+# The Snakemake and the worker must be gone this long after the SIGTERM: less than the
+# test cluster's KillWait (10 s), after which SLURM would SIGKILL what it can reach.
+SIGTERM_GONE_S = 8.0
+
+
+def _children(pid: int) -> list[int]:
+    """The process ids whose parent is ``pid``."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_sigterm_ends_a_batch_and_its_measurement_at_once(repo, tmp_path):
+    """Issue 20: SIGTERM to the Snakemake process running a profiling job (`scancel`, a
+    time limit) stops the measurement in its worker and ends both within seconds, leaving
+    no raw log. Before, Snakemake let the measurement run to its end (a minute here),
+    wrote its raw log, and only then ended. The job runs as in a SLURM batch: Snakemake
+    in remote mode, the job named by --target-jobs, run in Snakemake's own threads."""
+    config = tmp_path / "study.yaml"
+    config.write_text(SIGTERM_STUDY)
+    work = tmp_path / "work"
+    raw = "results/raw/cpu/default/inference/networks/toymodels.nets.tiny_mlp_8x16"
+    # The command line of a batch (the SLURM plugin's), less what is SLURM's: the local
+    # executor, in threads as the jobstep executor runs them.
+    args = (
+        "--target-jobs",
+        SIGTERM_JOB,
+        "--allowed-rules",
+        "profile_network",
+        "--mode",
+        "remote",
+        "--executor",
+        "local",
+        "--force-use-threads",
+        "--cores",
+        "1",
+        "--nolock",
+        "--no-hooks",
+        "--ignore-incomplete",
+        "--force",
+        "--configfiles",
+        str(config),
+    )
+    proc = _start(repo, work, args, tmp_path / "run.log")
+    try:
+        _wait_for(lambda: list((work / "results/raw").rglob(".*.tmp-*")), "the measurement", 120)
+        workers = [p for p in _children(proc.pid) if "opcost.worker" in _cmdline(p)]
+        assert len(workers) == 1, workers
+        proc.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        code = proc.wait(timeout=120)
+        ended_s = time.monotonic() - signalled
+        assert ended_s < SIGTERM_GONE_S, (ended_s, (tmp_path / "run.log").read_text()[-3000:])
+        while _alive(workers[0]) and time.monotonic() - signalled < SIGTERM_GONE_S:
+            time.sleep(0.05)
+        assert not _alive(workers[0])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code != 0
+    assert "measurement stopped" in (tmp_path / "run.log").read_text()
+    assert "Snakemake was interrupted" in (tmp_path / "run.log").read_text()
+    assert not (work / f"{raw}.json").exists()
+    assert not (work / f"{raw}.csv").exists()
+    assert not list((work / "results/raw").rglob(".*.tmp-*"))
+
+
+# Snakemake's scheduler as far as its SIGTERM handler sees it, the handler installed as
+# JobScheduler.__init__ installs it, and a SIGTERM while the main thread holds the
+# scheduler's lock (as it does while it selects jobs or finishes them).
+SIGTERM_UNDER_LOCK = """
+import os, signal, sys, threading
+from snakemake.scheduling.job_scheduler import JobScheduler
+from opcost import worker
+
+worker.stop_on_terminate(exit_after_s={exit_after_s})
+
+class Scheduler:
+    _lock = threading.Lock()
+    _open_jobs = threading.Semaphore(0)
+    _user_kill = None
+
+scheduler = Scheduler()
+signal.signal(signal.SIGTERM, JobScheduler.exit_gracefully.__get__(scheduler))
+with scheduler._lock:
+    os.kill(os.getpid(), signal.SIGTERM)
+    print("handled", flush=True)
+print(scheduler._user_kill, scheduler._open_jobs.acquire(timeout=10), flush=True)
+{then}
+"""
+
+
+def test_sigterm_while_snakemake_holds_its_scheduler_lock_is_handled():
+    """Issue 20: Snakemake's SIGTERM handler takes the scheduler's lock, which the main
+    thread (where Python runs handlers) holds while it selects and finishes jobs: the
+    process then waited on itself forever, idle, ignoring further SIGTERMs (a batch
+    outlived its `scancel` by 23 minutes). The handler now takes no lock: it marks the
+    scheduler to stop and wakes it from another thread."""
+    script = SIGTERM_UNDER_LOCK.format(exit_after_s=None, then="")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.split() == ["handled", "graceful", "True"]
+
+
+def test_a_batch_still_running_after_sigterm_ends_itself():
+    """Issue 20: where SLURM tracks processes without cgroups, a batch's Snakemake whose
+    shell died on SIGTERM is out of SLURM's reach (its SIGKILL after KillWait never
+    comes). A batch then ends itself `exit_after_s` after a SIGTERM, whatever still runs:
+    here a main thread that never returns."""
+    script = SIGTERM_UNDER_LOCK.format(exit_after_s=1.0, then="import time; time.sleep(60)")
+    started = time.monotonic()
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert time.monotonic() - started < 30
+    assert run.returncode == 128 + signal.SIGTERM, run.stderr[-3000:]
+    assert run.stdout.split() == ["handled", "graceful", "True"]
+    assert "still running 1 s after SIGTERM" in run.stderr

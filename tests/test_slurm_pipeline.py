@@ -10,11 +10,13 @@ none, unless ``OPCOST_REQUIRE_SLURM=1``, which turns the skip into a failure (fo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -508,6 +510,56 @@ def _names(jobs: list[tuple[str, str]]) -> list[str]:
     return sorted(name for name, _ in jobs)
 
 
+# --- issue 20: SIGTERM ----------------------------------------------------------------------
+
+
+def _live_processes_of_job(slurm_job_id: str) -> list[int]:
+    """The running processes whose environment says they belong to a SLURM job."""
+    mark = f"SLURM_JOB_ID={slurm_job_id}".encode()
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if mark not in environ.read_bytes().split(b"\0"):
+                continue
+            state = (environ.parent / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            found.append(int(environ.parent.name))
+    return found
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    except OSError:
+        return []
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for children in Path(f"/proc/{pid}/task").glob("*/children"):
+        with contextlib.suppress(OSError):
+            found += [int(child) for child in children.read_text().split()]
+    return found
+
+
+def _comm(pid: int) -> str:
+    """The process's name (also while it is a zombie, when its cmdline is empty)."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _kill_wait_s() -> int:
+    """SLURM's KillWait: how long after SIGTERM it sends SIGKILL to what it can reach."""
+    config = subprocess.run(
+        ["scontrol", "show", "config"], capture_output=True, text=True, check=True
+    ).stdout
+    return int(re.search(r"^KillWait\s*=\s*(\d+)", config, re.M)[1])
+
+
 @pytest.mark.slurm
 @pytest.mark.slow
 @pytest.mark.usefixtures("slurm_cluster")
@@ -623,3 +675,99 @@ def test_d_new_gpu_configuration_profiles_only_that_configuration(chain: Chain) 
     names = Counter(s.name for s in subs)
     assert (names["rule_evaluate"], names["rule_train"]) == (1, 1)
     chain.done.append("d")
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+@pytest.mark.usefixtures("slurm_cluster")
+def test_scancel_ends_every_process_of_a_running_batch(op_list_built: Path, tmp_path: Path) -> None:
+    """Issue 20: after `scancel`, a batch's Snakemake stayed alive, idle, for 23 minutes.
+    Its SIGTERM handler waited for the scheduler's lock, which its own main thread held
+    (while selecting jobs: the ILP solver, `cbc`, runs under it); its shell had died, so
+    SLURM (tracking processes without cgroups) could not SIGKILL it. Here the batch is
+    cancelled while it selects jobs; every process of it (its Snakemake, its measurement
+    worker) must be gone within KillWait and a few seconds. (The solver runs for
+    milliseconds, so this hits the defect by chance only; the handler's deadlock itself
+    is tested in tests/test_faults.py.)"""
+    workdir = tmp_path / "work"
+    shutil.copytree(op_list_built, workdir, symlinks=True)
+    config = tmp_path / "study.yaml"
+    config.write_text(yaml.safe_dump(GROUPS_STUDY))
+    profile = helpers.make_test_profile(tmp_path)
+    pythonpath = os.pathsep.join(
+        p for p in (str(REPO_ROOT / "tests"), os.environ.get("PYTHONPATH")) if p
+    )
+    log = tmp_path / "run.log"
+    with open(log, "w") as out:
+        run = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "snakemake",
+                "-s",
+                str(SNAKEFILE),
+                "--profile",
+                str(profile),
+                "--directory",
+                str(workdir),
+                "--retries",
+                "0",
+                "--configfile",
+                str(config),
+            ],
+            cwd=REPO_ROOT,
+            env={**os.environ, "PYTHONPATH": pythonpath},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    survivors: list[int] = []
+    try:
+        deadline = time.monotonic() + 180
+        batch_snakemake = None
+        while batch_snakemake is None:
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            assert run.poll() is None, log.read_text()[-3000:]
+            batches = [s for s in helpers.submissions(log.read_text()) if s.is_group]
+            for batch in batches:
+                for pid in _live_processes_of_job(batch.slurm_job_id):
+                    args = _cmdline(pid)
+                    if "snakemake" in args and "--target-jobs" in args:
+                        batch_snakemake, job_id = pid, batch.slurm_job_id
+            time.sleep(0.1)
+        # Wait until it measures (its worker runs), then until it selects jobs (its ILP
+        # solver runs).
+        while not any("opcost.worker" in _cmdline(c) for c in _children(batch_snakemake)):
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.05)
+        # Cancel it while it selects jobs (its ILP solver runs), as the defect needed.
+        selecting = time.monotonic() + 30
+        while time.monotonic() < selecting:
+            if any(_comm(c) == "cbc" for c in _children(batch_snakemake)):
+                break
+            time.sleep(0.002)
+        processes = {pid: _cmdline(pid) for pid in _live_processes_of_job(job_id)}
+        subprocess.run(["scancel", job_id], check=True)
+        cancelled = time.monotonic()
+        gone_s = _kill_wait_s() + 5
+        while time.monotonic() - cancelled < gone_s:
+            survivors = _live_processes_of_job(job_id)
+            if not survivors:
+                break
+            time.sleep(0.2)
+        described = {pid: " ".join(_cmdline(pid))[:120] for pid in survivors}
+    finally:
+        run.send_signal(signal.SIGINT)
+        ids = [s.slurm_job_id for s in helpers.submissions(log.read_text())]
+        if ids:
+            subprocess.run(["scancel", *ids], check=False)
+        try:
+            run.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            run.kill()
+            run.wait()
+        for pid in survivors:  # what SLURM could not reach: never leave it running
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    assert batch_snakemake in processes
+    assert any("opcost.worker" in args for args in processes.values()), processes
+    assert survivors == [], described

@@ -180,3 +180,16 @@ def _alive(pid: int) -> bool:
     # A zombie (exited, not yet reaped by init) counts as gone.
     stat = Path(f"/proc/{pid}/stat")
     return stat.exists() and stat.read_text().split(") ")[-1][0] != "Z"
+
+
+# --- issue 20: SIGTERM ------------------------------------------------------------------
+
+
+def test_a_stopped_client_starts_no_further_measurement(client):
+    """Issue 20: once SIGINT or SIGTERM has stopped a process's measurement, a job that
+    Snakemake starts afterwards (it may be selecting one as the signal comes) measures
+    nothing: no worker starts, and the job fails at once."""
+    client.interrupt()
+    with pytest.raises(worker.WorkerError, match="measurement not started"):
+        client.call("opcost.worker:ping")
+    assert client.pid is None

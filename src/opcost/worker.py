@@ -21,7 +21,9 @@ cannot corrupt an answer). A request is ``(function, kwargs)``, ``function`` nam
 ``"opcost.module:name"``; an answer is ``("ok", result)`` or ``("error", exception)``.
 The worker exits when its stdin closes or its parent dies. It ignores SIGINT: when
 Snakemake is interrupted, its handler (:func:`stop_on_interrupt`) stops the measurement
-with SIGTERM, also when the SIGINT went to Snakemake alone.
+with SIGTERM, also when the SIGINT went to Snakemake alone. A SIGTERM to Snakemake
+(``scancel``, a time limit) does the same (:func:`stop_on_terminate`). Once stopped, a
+process's worker takes no further request.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import contextlib
 import importlib
 import os
 import pickle
+import queue
 import signal
 import struct
 import subprocess
@@ -38,6 +41,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -100,7 +104,16 @@ class Worker:
             WorkerError: the worker died before answering (it is restarted next call).
         """
         with self._lock:
+            if self._interrupted:
+                raise WorkerError(
+                    f"measurement not started ({function}): Snakemake was interrupted; "
+                    "no raw log was written, rerun the same command"
+                )
             proc = self._running()
+            if self._interrupted:
+                # The signal came while the worker started, before interrupt() could see it.
+                with contextlib.suppress(OSError):
+                    proc.send_signal(signal.SIGTERM)
             try:
                 _write_frame(proc.stdin, (function, kwargs))
                 status, value = _read_frame(proc.stdout)
@@ -155,7 +168,8 @@ class Worker:
         """Stop the running measurement: SIGTERM unwinds it in the worker (no raw log left).
 
         Called from a signal handler, so it takes no lock: the job's thread holds it while
-        it waits for the answer, which then fails with a :class:`WorkerError`.
+        it waits for the answer, which then fails with a :class:`WorkerError`. Later
+        calls fail at once: a process told to stop measures nothing more.
         """
         self._interrupted = True
         proc = self._proc
@@ -209,6 +223,106 @@ def stop_on_interrupt() -> bool:
     _PREVIOUS_SIGINT = current
     signal.signal(signal.SIGINT, _on_sigint)
     return True
+
+
+#: In a batch (Snakemake's remote mode, one SLURM job), how long the process may still
+#: run after a SIGTERM before it ends itself, whatever still runs (s).
+BATCH_EXIT_AFTER_SIGTERM_S = 5.0
+
+# What the SIGTERM handler leaves to threads of their own (:func:`_run_later`): what
+# takes a lock (a handler runs in the main thread, which may hold that lock), and the
+# batch's deadline. SimpleQueue.put is safe in a signal handler.
+_LATER: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+_DEADLINE: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+_threads_started = False
+_exit_after_s: float | None = None
+
+
+def _run_later(todo: queue.SimpleQueue[Callable[[], None]]) -> None:
+    while True:
+        todo.get()()
+
+
+def _exit_soon() -> None:
+    """End the process ``_exit_after_s`` after a SIGTERM, if it has not ended by then."""
+    if _exit_after_s is None:
+        return
+    time.sleep(_exit_after_s)
+    message = (
+        f"opcost: still running {_exit_after_s:g} s after SIGTERM; ending this batch "
+        f"(pid {os.getpid()}) now\n"
+    )
+    with contextlib.suppress(OSError):
+        os.write(2, message.encode())
+    os._exit(128 + signal.SIGTERM)
+
+
+def _exit_gracefully(scheduler: Any, *args: Any) -> None:
+    """Snakemake's SIGTERM handler (``JobScheduler.exit_gracefully``), made safe.
+
+    Snakemake's own takes the scheduler's lock; the handler runs in the main thread,
+    which holds that lock while it selects jobs (the ILP solver runs as a subprocess
+    under it) and while it finishes them. A SIGTERM then waits forever for a lock its
+    own thread holds: the process stays, idle, and ignores further SIGTERMs. This one
+    takes no lock: it stops the measurement, sets the flag (one assignment) on which the
+    scheduler starts nothing more and ends once the running jobs have, and wakes the
+    scheduler from another thread.
+    """
+    _SHARED.interrupt()
+    scheduler._user_kill = "graceful"
+    _LATER.put(scheduler._open_jobs.release)
+    _DEADLINE.put(_exit_soon)
+
+
+class SignalSetupError(RuntimeError):
+    """Snakemake's SIGTERM handling is not the one :func:`stop_on_terminate` replaces."""
+
+
+def stop_on_terminate(exit_after_s: float | None = None) -> None:
+    """Make SIGTERM to this Snakemake process stop its measurement and then Snakemake.
+
+    Replaces Snakemake's SIGTERM handler (checked against Snakemake 9.27.1) with
+    :func:`_exit_gracefully`: the measurement running in the worker stops at once (SIGTERM:
+    it unwinds, restores the GPU setting and leaves no raw log), no further measurement
+    starts, jobs of other rules still running finish, and Snakemake ends.
+
+    Args:
+        exit_after_s: end the process this long after a SIGTERM if it still runs. For a
+            batch: on a cluster that tracks processes without cgroups
+            (proctrack/linuxproc) a process whose parent shell died on SIGTERM is out of
+            SLURM's reach, and SLURM's SIGKILL after KillWait never comes.
+
+    Raises:
+        SignalSetupError: Snakemake's scheduler lacks what the handler relies on.
+    """
+    global _threads_started, _exit_after_s
+    import inspect
+
+    import snakemake
+    from snakemake.scheduling import job_scheduler
+
+    scheduler_class = job_scheduler.JobScheduler
+    current = getattr(scheduler_class, "exit_gracefully", None)
+    if current is not _exit_gracefully:
+        source = inspect.getsource(current) if callable(current) else ""
+        init = inspect.getsource(scheduler_class.__init__)
+        if not (
+            "_user_kill" in source
+            and "_open_jobs.release" in source
+            and "signal.SIGTERM, self.exit_gracefully" in init
+        ):
+            raise SignalSetupError(
+                f"opcost cannot stop profiling safely on SIGTERM with Snakemake "
+                f"{getattr(snakemake, '__version__', 'unknown')}: its JobScheduler handles "
+                "SIGTERM differently (opcost.worker was checked against Snakemake 9.27.1); "
+                "install a Snakemake 9 (pip install 'snakemake>=9,<10')"
+            )
+        scheduler_class.exit_gracefully = _exit_gracefully
+    _exit_after_s = exit_after_s
+    if not _threads_started:
+        _threads_started = True
+        for name, todo in (("opcost-sigterm", _LATER), ("opcost-sigterm-deadline", _DEADLINE)):
+            threading.Thread(target=_run_later, args=(todo,), name=name, daemon=True).start()
 
 
 def pid() -> int | None:

@@ -28,6 +28,12 @@ MODEL_INPUTS = {mi.name: mi for mi in STUDY.model_inputs}
 # A SIGINT to Snakemake (Ctrl-C, or `kill -INT` to it alone) also stops the measurement
 # running in its worker, so an interrupted profiling job leaves no raw log behind.
 worker.stop_on_interrupt()
+# So does a SIGTERM (scancel, a time limit), and Snakemake then ends once the jobs of other
+# rules have (its own handler could deadlock). A batch on a cluster ends itself 5 s later
+# at the latest: where SLURM tracks processes without cgroups its SIGKILL cannot reach it.
+worker.stop_on_terminate(
+    exit_after_s=worker.BATCH_EXIT_AFTER_SIGTERM_S if workflow.remote_exec else None
+)
 
 
 wildcard_constraints:
