@@ -176,7 +176,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         "corrupt-parquet",
         "bad input",
-        "src/opcost/tables.py",
+        "src/opcost/io.py",
         "    except Exception as e:  # pyarrow raises several types for a corrupt file",
         "    except ImportError as e:  # pyarrow raises several types for a corrupt file",
         BAD_INPUT + "test_corrupt_op_table",
@@ -185,7 +185,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         "parquet-columns",
         "bad input",
-        "src/opcost/tables.py",
+        "src/opcost/io.py",
         "    if missing:\n        raise TableError",
         "    if False:\n        raise TableError",
         BAD_INPUT + "test_op_table_without_its_columns",
@@ -968,11 +968,21 @@ GUARDS: tuple[Guard, ...] = (
         "stage-code-change-reruns-stage",
         "faults",
         "workflow/rules/common.smk",
-        '    return wf.code_version(Path(workflow.basedir) / "workflow" / "scripts" / script)\n',
+        "    return wf.code_version(SCRIPTS_DIR / script)\n",
         '    return "unchanged"\n',
         "tests/test_reruns.py::"
         "test_a_change_to_a_stage_module_reruns_that_stage_and_no_profiling[train.py-train]",
         "common.smk: every stage's code version a constant (a code change reruns nothing)",
+    ),
+    # --- issue 21: error base, atomic writer, torch-free parse, install ---
+    Guard(
+        "cli-catches-opcost-error",
+        "bad input",
+        "src/opcost/cli.py",
+        "    except (OpcostError, OSError) as e:",
+        "    except OSError as e:",
+        "tests/test_errors.py::test_the_cli_reports_any_opcost_error_in_one_line",
+        "main: catch only OSError, not the OpcostError base (an error not named is a traceback)",
     ),
 )
 

@@ -42,12 +42,12 @@ Command line (exit code 2, one line on stderr naming the argument or file):
   features.py:check_schema, called by predict.py:load_predictor
 - corrupt features.json: predict.py:load_predictor
 - corrupt Parquet op table, one that lacks columns, a missing file:
-  tables.py:read_parquet (via predict.py:read_ops_table)
+  io.py:read_parquet (via predict.py:read_ops_table)
 - unknown ``--mode``: argparse ``choices`` (cli.py:build_parser)
 - ``--model`` and ``--ops`` both or neither, ``--model`` without ``--input``:
   cli.py:cmd_predict
 - ``opcost train`` with a misspelt config key or a missing dataset:
-  config.py:validate_config, tables.py:read_parquet
+  config.py:validate_config, io.py:read_parquet
 """
 
 from __future__ import annotations

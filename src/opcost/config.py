@@ -15,13 +15,14 @@ from typing import Any
 import jsonschema
 import yaml
 
+from opcost.errors import OpcostError
 from opcost.names import MODES, ModelInput, NameError_, Setting, check_name, parse_setting
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 _IMPORT_PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 
 
-class ConfigError(ValueError):
+class ConfigError(OpcostError, ValueError):
     """The config is invalid; the message names the field."""
 
 

@@ -176,6 +176,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from opcost.errors import OpcostError
 from opcost.powerlog import PowerLog, PowerLogError, read_power_log
 from opcost.tables import write_parquet_atomic
 
@@ -338,7 +339,7 @@ _JSON_TYPES = {
 }
 
 
-class EvaluationError(ValueError):
+class EvaluationError(OpcostError, ValueError):
     """A benchmark JSON cannot be evaluated; the message names the file."""
 
 

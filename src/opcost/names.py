@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from opcost.errors import OpcostError
+
 #: GPU configuration names (``h100``, ``h100-notf32``) and model names (``resnet18``).
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
 #: ``{model}_{b}x{c}x{h}x{w}``: the model part may itself contain underscores.
@@ -36,7 +38,7 @@ _NAME_RE = re.compile(NAME_PATTERN)
 _SETTING_RE = re.compile(SETTING_PATTERN)
 
 
-class NameError_(ValueError):
+class NameError_(OpcostError, ValueError):
     """A name from the config cannot be used as a wildcard or file name."""
 
 

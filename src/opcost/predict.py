@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from opcost.errors import OpcostError
 from opcost.features import (
     CONDITIONS,
     FeatureSchema,
@@ -80,7 +81,7 @@ NO_POWER = "no power model (time-only data)"
 UNSEEN_TYPE = "op type not in the training data"
 
 
-class PredictorError(ValueError):
+class PredictorError(OpcostError, ValueError):
     """A predictor directory is missing, incomplete or incompatible; the message names it."""
 
 

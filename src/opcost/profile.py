@@ -39,12 +39,13 @@ import torch
 
 from opcost import device_lock, harness
 from opcost.config import GpuConfig
+from opcost.errors import OpcostError
 from opcost.names import ModelInput, Setting
 
 SCHEMA_VERSION = 1
 
 
-class ProfileError(RuntimeError):
+class ProfileError(OpcostError, RuntimeError):
     """A profiling job cannot run as configured."""
 
 

@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 
+from opcost.errors import OpcostError
+
 TENSOR = "__tensor__"
 _SKIP = object()
 
@@ -47,7 +49,7 @@ _PRESENCE_ATTRS = {
 SPEC_VERSION = 2
 
 
-class SpecError(ValueError):
+class SpecError(OpcostError, ValueError):
     """A spec cannot be built or rebuilt."""
 
 

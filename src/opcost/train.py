@@ -107,6 +107,7 @@ import numpy as np
 import pandas as pd
 
 from opcost import __version__
+from opcost.errors import OpcostError
 from opcost.features import CONDITIONS, build_schema, encode_features
 from opcost.predict import (
     HOLDOUT_FILE,
@@ -178,7 +179,7 @@ NETWORK_COLUMNS = [
 ]
 
 
-class TrainError(ValueError):
+class TrainError(OpcostError, ValueError):
     """Training cannot proceed; the message says what is missing."""
 
 

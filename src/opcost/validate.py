@@ -113,6 +113,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from opcost.errors import OpcostError
 from opcost.tables import read_parquet
 
 #: Which operations a sum includes: all of them, or module operations only.
@@ -153,7 +154,7 @@ NETWORK_PREDICTION_COLUMNS = [
 _KEYS = ["gpu", "setting", "mode"]
 
 
-class ValidationError(ValueError):
+class ValidationError(OpcostError, ValueError):
     """Validation inputs are inconsistent; the message names what to fix."""
 
 
