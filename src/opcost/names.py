@@ -21,6 +21,13 @@ MODE_PATTERN = r"inference|training"
 OP_ID_PATTERN = r"[0-9a-f]{16}"
 MODES = ("inference", "training")
 
+#: What extraction (:mod:`opcost.spec`) records, versioned. The extract rule takes it as a
+#: parameter, so a version that records more reruns extraction; only ops whose spec
+#: changed get a new op_id and are profiled. 2: one tensor passed several times is one
+#: input; strides of non-contiguous inputs; convolutions on meta keep their input's
+#: memory format. Here, not in opcost.spec, so that reading it imports no torch.
+SPEC_VERSION = 2
+
 #: Plausible locked SM clocks, MHz. The supported graphics clocks of current NVIDIA
 #: datacenter and desktop GPUs lie inside: the lowest are a few hundred MHz (A100's list
 #: goes down to 210 MHz), the highest boost clocks about 3,000 MHz (GeForce RTX 40/50).

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from opcost.errors import OpcostError
+from opcost.names import SPEC_VERSION as SPEC_VERSION  # defined torch-free
 
 TENSOR = "__tensor__"
 _SKIP = object()
@@ -40,13 +41,6 @@ _PRESENCE_ATTRS = {
     "bias": ("bias", "in_proj_bias"),
     "add_bias_kv": ("bias_k",),
 }
-
-
-#: What extraction records, versioned. The extract rule takes it as a parameter, so a
-#: version that records more reruns extraction; only ops whose spec changed get a new
-#: op_id and are profiled. 2: one tensor passed several times is one input; strides of
-#: non-contiguous inputs; convolutions on meta keep their input's memory format.
-SPEC_VERSION = 2
 
 
 class SpecError(OpcostError, ValueError):
