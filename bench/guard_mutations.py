@@ -59,7 +59,7 @@ class Guard:
 BAD_INPUT = "tests/test_bad_input.py::"
 FAULTS = "tests/test_faults.py::"
 SECURITY = "tests/test_security.py::"
-SCHEMA = "workflow/schemas/config.schema.yaml"
+SCHEMA = "src/opcost/config.schema.yaml"
 FACTORY = BAD_INPUT + "test_model_that_is_no_network_factory_is_refused_at_config_load"
 
 GUARDS: tuple[Guard, ...] = (
@@ -1001,6 +1001,15 @@ GUARDS: tuple[Guard, ...] = (
         "    if not given:\n        return None\n",
         "tests/test_config.py::test_torchvision_names_read_from_its_source_are_its_registry",
         "_registered_name: miss every model registered under its function's name",
+    ),
+    Guard(
+        "schema-package-data",
+        "faults",
+        "pyproject.toml",
+        'opcost = ["py.typed", "config.schema.yaml"]',
+        'opcost = ["py.typed"]',
+        "tests/test_install.py::test_the_installed_package_holds_its_config_schema",
+        "pyproject: the config schema left out of the wheel",
     ),
 )
 

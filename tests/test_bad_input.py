@@ -1,7 +1,7 @@
 """Reliability, bad input: each case fails before any job starts, naming the field or file.
 
 Issue #8, category 1. Per case, the guard (file:function) that catches it; the schema is
-``workflow/schemas/config.schema.yaml``, applied by ``src/opcost/config.py:validate_config``
+``src/opcost/config.schema.yaml``, applied by ``src/opcost/config.py:validate_config``
 (which the Snakefile calls) before the checks of meaning in
 ``src/opcost/config.py:load_study``, which ``workflow/rules/common.smk`` runs when the
 workflow loads.

@@ -20,7 +20,8 @@ import yaml
 from opcost.errors import OpcostError
 from opcost.names import MODES, ModelInput, NameError_, Setting, check_name, parse_setting
 
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+#: The config schema (package data): every key, its type and its default.
+SCHEMA_PATH = Path(__file__).resolve().with_name("config.schema.yaml")
 _IMPORT_PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 
 
