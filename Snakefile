@@ -8,9 +8,9 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
-# The schema (workflow/schemas/config.schema.yaml) with its defaults filled in, and short
-# errors naming the field; not snakemake.utils.validate, whose message quotes the whole
-# schema and config.
+# The schema (opcost's package data, src/opcost/config.schema.yaml) with its defaults
+# filled in, and short errors naming the field; not snakemake.utils.validate, whose
+# message quotes the whole schema and config.
 validate_config(config)
 
 

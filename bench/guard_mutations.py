@@ -59,7 +59,7 @@ class Guard:
 BAD_INPUT = "tests/test_bad_input.py::"
 FAULTS = "tests/test_faults.py::"
 SECURITY = "tests/test_security.py::"
-SCHEMA = "workflow/schemas/config.schema.yaml"
+SCHEMA = "src/opcost/config.schema.yaml"
 FACTORY = BAD_INPUT + "test_model_that_is_no_network_factory_is_refused_at_config_load"
 
 GUARDS: tuple[Guard, ...] = (
@@ -104,7 +104,7 @@ GUARDS: tuple[Guard, ...] = (
         "config-unknown-model",
         "bad input",
         "src/opcost/config.py",
-        "        elif check_models and model not in _torchvision_models():",
+        "        elif check_models and not _is_torchvision_model(model):",
         "        elif False:",
         BAD_INPUT + "test_bad_config_names_the_field[unknown-model]",
         "load_study: skip the torchvision model check",
@@ -176,7 +176,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         "corrupt-parquet",
         "bad input",
-        "src/opcost/tables.py",
+        "src/opcost/io.py",
         "    except Exception as e:  # pyarrow raises several types for a corrupt file",
         "    except ImportError as e:  # pyarrow raises several types for a corrupt file",
         BAD_INPUT + "test_corrupt_op_table",
@@ -185,7 +185,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         "parquet-columns",
         "bad input",
-        "src/opcost/tables.py",
+        "src/opcost/io.py",
         "    if missing:\n        raise TableError",
         "    if False:\n        raise TableError",
         BAD_INPUT + "test_op_table_without_its_columns",
@@ -1086,6 +1086,43 @@ GUARDS: tuple[Guard, ...] = (
         "            if False:\n                raise WorkerError(\n",
         "tests/test_worker.py::test_a_stopped_client_starts_no_further_measurement",
         "Worker.call: a process told to stop still starts a measurement",
+    ),
+    # --- issue 21: error base, atomic writer, torch-free parse, install ---
+    Guard(
+        "cli-catches-opcost-error",
+        "bad input",
+        "src/opcost/cli.py",
+        "    except (OpcostError, OSError) as e:",
+        "    except OSError as e:",
+        "tests/test_errors.py::test_the_cli_reports_any_opcost_error_in_one_line",
+        "main: catch only OSError, not the OpcostError base (an error not named is a traceback)",
+    ),
+    Guard(
+        "config-models-without-torch",
+        "faults",
+        "src/opcost/config.py",
+        "    if model in torchvision_model_names():\n        return True\n",
+        "",
+        "tests/test_imports.py::test_loading_the_default_study_checks_its_models_without_torch",
+        "_is_torchvision_model: always ask torchvision itself (imports torch at every parse)",
+    ),
+    Guard(
+        "torchvision-scan-unnamed",
+        "faults",
+        "src/opcost/config.py",
+        "    if not given:\n        return function\n",
+        "    if not given:\n        return None\n",
+        "tests/test_config.py::test_torchvision_names_read_from_its_source_are_its_registry",
+        "_registered_name: miss every model registered under its function's name",
+    ),
+    Guard(
+        "schema-package-data",
+        "faults",
+        "pyproject.toml",
+        'opcost = ["py.typed", "config.schema.yaml"]',
+        'opcost = ["py.typed"]',
+        "tests/test_install.py::test_the_installed_package_holds_its_config_schema",
+        "pyproject: the config schema left out of the wheel",
     ),
 )
 

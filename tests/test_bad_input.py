@@ -1,7 +1,7 @@
 """Reliability, bad input: each case fails before any job starts, naming the field or file.
 
 Issue #8, category 1. Per case, the guard (file:function) that catches it; the schema is
-``workflow/schemas/config.schema.yaml``, applied by ``src/opcost/config.py:validate_config``
+``src/opcost/config.schema.yaml``, applied by ``src/opcost/config.py:validate_config``
 (which the Snakefile calls) before the checks of meaning in
 ``src/opcost/config.py:load_study``, which ``workflow/rules/common.smk`` runs when the
 workflow loads.
@@ -11,7 +11,7 @@ Study config (``ConfigError`` naming the field; ``test_bad_config_names_the_fiel
 - unknown key, top level or nested: schema ``additionalProperties: false``
 - wrong type (a string for a number, for a boolean): schema ``type``
 - empty model list: schema ``models.minItems``
-- unknown torchvision model: config.py:load_study (``_torchvision_models``)
+- unknown torchvision model: config.py:load_study (``_is_torchvision_model``)
 - input shape of the wrong rank: config.py:load_study (4 dimensions for torchvision)
   and schema ``minItems``/``maxItems``
 - input shape with a zero, negative or non-integer dimension: schema ``minimum: 1`` and
@@ -42,12 +42,12 @@ Command line (exit code 2, one line on stderr naming the argument or file):
   features.py:check_schema, called by predict.py:load_predictor
 - corrupt features.json: predict.py:load_predictor
 - corrupt Parquet op table, one that lacks columns, a missing file:
-  tables.py:read_parquet (via predict.py:read_ops_table)
+  io.py:read_parquet (via predict.py:read_ops_table)
 - unknown ``--mode``: argparse ``choices`` (cli.py:build_parser)
 - ``--model`` and ``--ops`` both or neither, ``--model`` without ``--input``:
   cli.py:cmd_predict
 - ``opcost train`` with a misspelt config key or a missing dataset:
-  config.py:validate_config, tables.py:read_parquet
+  config.py:validate_config, io.py:read_parquet
 """
 
 from __future__ import annotations

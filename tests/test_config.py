@@ -152,3 +152,25 @@ def test_a_long_value_is_quoted_short():
     message = str(info.value)
     assert f"models: expected array, got '{'x' * 56}..." in message
     assert len(message) < 200
+
+
+def test_torchvision_names_read_from_its_source_are_its_registry():
+    # The names checked at config load without importing torch are exactly those
+    # torchvision registers (the quantized ones are registered under a given name).
+    import torchvision
+
+    from opcost.config import torchvision_model_names
+
+    names = torchvision_model_names()
+    assert names == frozenset(torchvision.models.list_models())
+    assert {"resnet18", "quantized_resnet18", "mobilenet_v3_small"} <= names
+
+
+def test_a_model_missing_from_the_source_scan_is_checked_by_torchvision(repo, monkeypatch):
+    # Should torchvision register a model some other way, the scan misses it and
+    # torchvision itself is asked before the name is refused.
+    import opcost.config
+
+    monkeypatch.setattr(opcost.config, "torchvision_model_names", frozenset)
+    study = load_study_file(repo / "config" / "config.yaml")
+    assert study.model_inputs[0].name == "resnet18_4x3x64x64"

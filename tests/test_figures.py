@@ -348,7 +348,7 @@ def test_figure_rules_on_real_data_and_a_style_change_reruns_only_them(tmp_path)
 
 @pytest.mark.slow
 def test_sweep_rules_run_on_the_cpu(tmp_path):
-    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+    schema = yaml.safe_load((REPO / "src/opcost/config.schema.yaml").read_text())
     # The config below sets a sweep section: a schema without one would refuse it.
     assert "sweep" in schema["properties"], "the config schema lost its sweep section"
     work = tmp_path / "work"

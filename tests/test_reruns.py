@@ -253,15 +253,15 @@ def test_changing_a_training_hyperparameter_reruns_no_measurement(study_copy: Pa
 
 @pytest.mark.slow
 def test_a_new_spec_version_reruns_extraction_and_no_valid_measurement(study_copy: Path) -> None:
-    """An opcost whose extraction records more (a new ``opcost.spec.SPEC_VERSION``, as a
+    """An opcost whose extraction records more (a new ``opcost.names.SPEC_VERSION``, as a
     user gets on upgrading) reruns the extract jobs: their tables would otherwise stay
     those of the old version. Ops whose spec did not change keep their op_id, so no raw
     file is measured again. The new version is simulated by a sitecustomize module that
     raises SPEC_VERSION before the workflow reads it."""
-    from opcost.spec import SPEC_VERSION
+    from opcost.names import SPEC_VERSION
 
     (study_copy.parent / "sitecustomize.py").write_text(
-        f"import opcost.spec\nopcost.spec.SPEC_VERSION = {SPEC_VERSION + 1}\n"
+        f"import opcost.names\nopcost.names.SPEC_VERSION = {SPEC_VERSION + 1}\n"
     )
     configfile = write_study(study_copy, BASE_STUDY)
     dry = snakemake(study_copy, "--dry-run", "--configfile", configfile)

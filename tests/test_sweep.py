@@ -121,7 +121,7 @@ def test_config_rejects_unknown_keys_and_bad_values():
 
 
 def test_defaults_agree_with_the_config_schema():
-    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+    schema = yaml.safe_load((REPO / "src/opcost/config.schema.yaml").read_text())
     assert "sweep" in schema["properties"], "the config schema lost its sweep section"
     defaults = {k: v["default"] for k, v in schema["properties"]["sweep"]["properties"].items()}
     expected = dataclasses.asdict(SweepConfig())

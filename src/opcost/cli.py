@@ -28,23 +28,16 @@ from typing import Any
 import pandas as pd
 
 from opcost.errors import OpcostError
-from opcost.model.features import SchemaError
-from opcost.names import MODES, NameError_
-from opcost.tables import TableError
+from opcost.names import MODES
 
 EXIT_ERROR = 2
 DEFAULT_PREDICTORS = "results/predictors"
 #: Extrapolated ops listed in the table output (all of them in JSON).
 MAX_LISTED = 8
-_LAZY_ERRORS = (
-    ("opcost.extract", "ExtractionError"),
-    ("opcost.config", "ConfigError"),
-    ("opcost.train", "TrainError"),
-)
 _SHAPE = re.compile(r"[0-9]+(?:[,x][0-9]+)*")
 
 
-class CliError(ValueError):
+class CliError(OpcostError, ValueError):
     """A command-line argument is unusable; the message says what was expected."""
 
 
@@ -91,7 +84,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
         table = _extract(args.model, args.input, not args.no_functional)
         bar.update()
         if args.out:
-            from opcost.tables import write_parquet_atomic
+            from opcost.io import write_parquet_atomic
 
             write_parquet_atomic(table, args.out)
         bar.update()
@@ -336,10 +329,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from opcost import plan
     from opcost.config import load_study_file
 
-    try:
-        batching = plan.read_profile(args.profile, args.batch_size)
-    except plan.PlanError as e:
-        raise CliError(str(e)) from e
+    batching = plan.read_profile(args.profile, args.batch_size)
     study = load_study_file(args.configfile)
     op_ids = plan.study_op_ids(study)
     plans = plan.plan_study(study, op_ids, batching, args.directory)
@@ -471,30 +461,12 @@ def _stdout_closed() -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``opcost`` console script; returns the exit code."""
-    from opcost.predict import PredictorError
-
     args = build_parser().parse_args(argv)
-    expected: tuple[type[BaseException], ...] = (
-        CliError,
-        OpcostError,
-        TableError,
-        SchemaError,
-        PredictorError,
-        NameError_,
-        OSError,
-    )
     try:
         return int(args.func(args))
     except BrokenPipeError:
         return _stdout_closed()
-    except Exception as e:
-        # Modules that are slow to import (torch, jsonschema) are looked up only if the
-        # command imported them, so that predicting from an op table stays fast.
-        for module, name in _LAZY_ERRORS:
-            if module in sys.modules:
-                expected += (getattr(sys.modules[module], name),)
-        if not isinstance(e, expected):
-            raise
+    except (OpcostError, OSError) as e:
         # One line: a multi-line message (a config's list of errors) is joined.
         message = " ".join(part.strip() for part in str(e).splitlines() if part.strip())
         message = message or type(e).__name__

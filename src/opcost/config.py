@@ -6,6 +6,8 @@ before any job starts, with a message that names the field.
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import re
 from dataclasses import dataclass
 from functools import cache
@@ -15,13 +17,15 @@ from typing import Any
 import jsonschema
 import yaml
 
+from opcost.errors import OpcostError
 from opcost.names import MODES, ModelInput, NameError_, Setting, check_name, parse_setting
 
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+#: The config schema (package data): every key, its type and its default.
+SCHEMA_PATH = Path(__file__).resolve().with_name("config.schema.yaml")
 _IMPORT_PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 
 
-class ConfigError(ValueError):
+class ConfigError(OpcostError, ValueError):
     """The config is invalid; the message names the field."""
 
 
@@ -173,10 +177,47 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any] | None = None
 
 
 @cache
-def _torchvision_models() -> frozenset[str]:
+def torchvision_model_names() -> frozenset[str]:
+    """The names torchvision registers (``@register_model``), read from its source files
+    without importing it (and torch): what ``torchvision.models.list_models()`` returns.
+    Empty where torchvision is not installed or its source cannot be read."""
+    found = importlib.util.find_spec("torchvision")
+    if found is None or found.origin is None:
+        return frozenset()
+    names: set[str] = set()
+    for path in sorted((Path(found.origin).parent / "models").rglob("*.py")):
+        try:
+            text = path.read_text()
+            tree = ast.parse(text) if "register_model(" in text else None
+        except (OSError, SyntaxError, UnicodeDecodeError):
+            continue
+        for node in ast.walk(tree) if tree else ():
+            if isinstance(node, ast.FunctionDef):
+                names.update(_registered_name(d, node.name) for d in node.decorator_list)
+    return frozenset(names - {None})
+
+
+def _registered_name(decorator: ast.expr, function: str) -> str | None:
+    """The name ``@register_model()`` or ``@register_model(name=...)`` registers."""
+    if not isinstance(decorator, ast.Call):
+        return None
+    callee = decorator.func
+    if getattr(callee, "id", getattr(callee, "attr", None)) != "register_model":
+        return None
+    given = [k.value for k in decorator.keywords if k.arg == "name"] + decorator.args[:1]
+    if not given:
+        return function
+    return given[0].value if isinstance(given[0], ast.Constant) else None
+
+
+def _is_torchvision_model(model: str) -> bool:
+    """Whether torchvision knows ``model``; imports torchvision only for a name its source
+    does not register (to be sure before refusing it)."""
+    if model in torchvision_model_names():
+        return True
     import torchvision
 
-    return frozenset(torchvision.models.list_models())
+    return model in torchvision.models.list_models()
 
 
 @cache
@@ -225,7 +266,7 @@ def load_study(config: dict[str, Any], *, check_models: bool = True) -> Study:
                 )
             if check_models:
                 _check_factory(model, where)
-        elif check_models and model not in _torchvision_models():
+        elif check_models and not _is_torchvision_model(model):
             raise ConfigError(
                 f"{where}: unknown model {model!r}; use a torchvision model name "
                 "(torchvision.models.list_models()) or an import path package.module:factory"

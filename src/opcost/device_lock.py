@@ -29,8 +29,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from opcost.errors import OpcostError
 
-class DeviceLockError(RuntimeError):
+
+class DeviceLockError(OpcostError, RuntimeError):
     """The lock directory is unusable (not ours, or not a directory)."""
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import pandas as pd
 
+from opcost.errors import OpcostError
 from opcost.io import write_parquet_atomic
 from opcost.method import power_columns, time_only_power_columns
 from opcost.powerlog import PowerLogError, read_power_log
@@ -58,7 +59,7 @@ _JSON_TYPES = {
 }
 
 
-class EvaluationError(ValueError):
+class EvaluationError(OpcostError, ValueError):
     """A benchmark JSON cannot be evaluated; the message names the file."""
 
 

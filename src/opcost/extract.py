@@ -37,6 +37,7 @@ import torch
 from torch.overrides import TorchFunctionMode, resolve_name
 
 from opcost import spec as specs
+from opcost.errors import OpcostError
 from opcost.names import ModelInput
 from opcost.schemas import OPS, UNIQUE_OPS
 
@@ -51,7 +52,7 @@ _METADATA = re.compile(
 _IMPORT_PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 
 
-class ExtractionError(RuntimeError):
+class ExtractionError(OpcostError, RuntimeError):
     """A model-input set could not be extracted; the message names it."""
 
 

@@ -51,6 +51,7 @@ from matplotlib.patches import Patch
 
 from opcost import sweep
 from opcost.config import Study
+from opcost.errors import OpcostError
 from opcost.names import parse_setting
 from opcost.tables import read_parquet
 
@@ -69,7 +70,7 @@ _COLORS = {
 }
 
 
-class FigureError(ValueError):
+class FigureError(OpcostError, ValueError):
     """A figure cannot be drawn from its inputs; the message says which and why."""
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from opcost.errors import OpcostError
 from opcost.names import Setting
 from opcost.nvsmi import (
     GPU_INDEX_PATTERN,
@@ -67,7 +68,7 @@ ELEVATION_VARIABLES: tuple[str, ...] = ("SUDO_UID", "SUDO_USER", "PKEXEC_UID", "
 JOB_GPU_VARIABLES: tuple[str, ...] = ("SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES")
 
 
-class GpuSettingError(RuntimeError):
+class GpuSettingError(OpcostError, RuntimeError):
     """A GPU setting could not be applied or reset."""
 
 

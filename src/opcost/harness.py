@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from opcost import spec as specs
+from opcost.errors import OpcostError
 
 #: L2 size assumed for the block size where the device does not report one (CPU), bytes.
 DEFAULT_CACHE_BYTES = 32 * 2**20
@@ -44,7 +45,7 @@ LEAVE_INIT_STEP = 1e-3
 CHAIN_INPUT_BYTES = 2**30
 
 
-class OpCannotRun(RuntimeError):
+class OpCannotRun(OpcostError, RuntimeError):
     """The operation cannot run here (out of memory, unsupported): recorded as failed."""
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from opcost.errors import OpcostError
+
 #: GPU configuration names (``h100``, ``h100-notf32``) and model names (``resnet18``).
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
 #: ``{model}_{b}x{c}x{h}x{w}``: the model part may itself contain underscores.
@@ -18,6 +20,13 @@ SETTING_PATTERN = r"default|sm[1-9][0-9]{1,4}|pl[1-9][0-9]{1,4}"
 MODE_PATTERN = r"inference|training"
 OP_ID_PATTERN = r"[0-9a-f]{16}"
 MODES = ("inference", "training")
+
+#: What extraction (:mod:`opcost.spec`) records, versioned. The extract rule takes it as a
+#: parameter, so a version that records more reruns extraction; only ops whose spec
+#: changed get a new op_id and are profiled. 2: one tensor passed several times is one
+#: input; strides of non-contiguous inputs; convolutions on meta keep their input's
+#: memory format. Here, not in opcost.spec, so that reading it imports no torch.
+SPEC_VERSION = 2
 
 #: Plausible locked SM clocks, MHz. The supported graphics clocks of current NVIDIA
 #: datacenter and desktop GPUs lie inside: the lowest are a few hundred MHz (A100's list
@@ -36,7 +45,7 @@ _NAME_RE = re.compile(NAME_PATTERN)
 _SETTING_RE = re.compile(SETTING_PATTERN)
 
 
-class NameError_(ValueError):
+class NameError_(OpcostError, ValueError):
     """A name from the config cannot be used as a wildcard or file name."""
 
 

@@ -17,6 +17,7 @@ import re
 from types import ModuleType, TracebackType
 from typing import Any
 
+from opcost.errors import OpcostError
 from opcost.nvsmi import GPU_UUID_PATTERN
 
 _pynvml: ModuleType | None
@@ -46,7 +47,7 @@ _NOT_FOUND = _codes("NVML_ERROR_NOT_FOUND", "NVML_ERROR_INVALID_ARGUMENT")
 _UUID_RE = re.compile(GPU_UUID_PATTERN)
 
 
-class NvmlError(RuntimeError):
+class NvmlError(OpcostError, RuntimeError):
     """NVML failed in a way that is not simply "no energy counter on this machine"."""
 
 

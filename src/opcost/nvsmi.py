@@ -27,6 +27,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+from opcost.errors import OpcostError
+
 #: A GPU as ``nvidia-smi -i`` takes it here: an index without leading zeros, or a UUID.
 GPU_UUID_PATTERN = r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 GPU_INDEX_PATTERN = r"0|[1-9][0-9]{0,2}"
@@ -63,7 +65,7 @@ _MISSING_MESSAGE = (
 )
 
 
-class NvidiaSmiError(RuntimeError):
+class NvidiaSmiError(OpcostError, RuntimeError):
     """``nvidia-smi`` is missing, failed, or answered something this module cannot read."""
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from opcost.config import Study
+from opcost.errors import OpcostError
 from opcost.workflow import raw_prefixes
 
 #: Seconds per profiling job beyond its warm-up and timed window (README: median overhead
@@ -35,7 +36,7 @@ BATCH_STARTUP_S = 10.0
 PROFILE_GROUP = "profile_{gpu}"
 
 
-class PlanError(ValueError):
+class PlanError(OpcostError, ValueError):
     """The plan cannot be made (a profile without a batch size); the message says why."""
 
 

@@ -21,6 +21,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from opcost.errors import OpcostError
+
 #: Format of ``nvidia-smi``'s timestamps: host local time, no zone, milliseconds.
 TIMESTAMP_FORMAT = "%Y/%m/%d %H:%M:%S.%f"
 #: A timestamp in that format, found anywhere in a line (to count the polls it holds).
@@ -41,7 +43,7 @@ HEADER_ALIASES = {
 }
 
 
-class PowerLogError(ValueError):
+class PowerLogError(OpcostError, ValueError):
     """A power log cannot be used; the message names the file and what to check."""
 
 

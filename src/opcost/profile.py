@@ -39,6 +39,7 @@ import torch
 
 from opcost import device_lock, harness
 from opcost.config import GpuConfig
+from opcost.errors import OpcostError
 from opcost.io import staged_path
 from opcost.names import ModelInput, Setting
 from opcost.schemas import RECORD_SCHEMA_VERSION
@@ -46,7 +47,7 @@ from opcost.schemas import RECORD_SCHEMA_VERSION
 SCHEMA_VERSION = RECORD_SCHEMA_VERSION
 
 
-class ProfileError(RuntimeError):
+class ProfileError(OpcostError, RuntimeError):
     """A profiling job cannot run as configured."""
 
 

@@ -30,6 +30,8 @@ import inspect
 from collections import defaultdict
 from typing import Any
 
+from opcost.errors import OpcostError
+
 # Major versions whose DAG internals this module was checked against (pyproject pins
 # snakemake>=9,<10; checked in detail against 9.27.1).
 CHECKED_MAJOR_VERSIONS = ("9",)
@@ -48,7 +50,7 @@ _REQUIRED_DAG_ATTRIBUTES = (
 _applied = False
 
 
-class SnakemakeCompatError(RuntimeError):
+class SnakemakeCompatError(OpcostError, RuntimeError):
     """This Snakemake's internals are not those the group fix was checked against."""
 
 

@@ -29,6 +29,9 @@ from typing import Any
 
 import torch
 
+from opcost.errors import OpcostError
+from opcost.names import SPEC_VERSION as SPEC_VERSION  # defined torch-free
+
 TENSOR = "__tensor__"
 _SKIP = object()
 
@@ -40,14 +43,7 @@ _PRESENCE_ATTRS = {
 }
 
 
-#: What extraction records, versioned. The extract rule takes it as a parameter, so a
-#: version that records more reruns extraction; only ops whose spec changed get a new
-#: op_id and are profiled. 2: one tensor passed several times is one input; strides of
-#: non-contiguous inputs; convolutions on meta keep their input's memory format.
-SPEC_VERSION = 2
-
-
-class SpecError(ValueError):
+class SpecError(OpcostError, ValueError):
     """A spec cannot be built or rebuilt."""
 
 

@@ -73,6 +73,7 @@ import pandas as pd
 
 from opcost import harness, profile
 from opcost.config import ConfigError, GpuConfig, Study
+from opcost.errors import OpcostError
 from opcost.io import write_json_atomic
 from opcost.names import ModelInput, parse_setting
 from opcost.powerlog import read_power_log
@@ -84,7 +85,7 @@ FIT_FRACTION = 6 / 7
 OUTLIER_SIGMAS = 5.0
 
 
-class SweepError(RuntimeError):
+class SweepError(OpcostError, RuntimeError):
     """A sweep cannot run or its files cannot be read; the message says what to do."""
 
 

@@ -34,6 +34,7 @@ import pandas as pd
 
 from opcost import __version__
 from opcost.config import load_schema
+from opcost.errors import OpcostError
 from opcost.io import TableError, read_parquet, write_json_atomic, write_parquet_atomic
 from opcost.model.accuracy import baseline_predictions, network_scores, op_scores, usable_power
 from opcost.model.features import CONDITIONS, build_schema, encode_features
@@ -57,7 +58,7 @@ REGRESSORS = tuple(_SCHEMA["regressor"]["enum"])
 TIME_TARGETS = tuple(_SCHEMA["time_target"]["enum"])
 
 
-class TrainError(ValueError):
+class TrainError(OpcostError, ValueError):
     """Training cannot proceed; the message says what is missing."""
 
 

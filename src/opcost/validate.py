@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from opcost.errors import OpcostError
 from opcost.io import read_parquet
 from opcost.model.accuracy import error_summary, relative_error
 from opcost.model.format import HOLDOUT_COLUMNS, NETWORK_COLUMNS
@@ -61,7 +62,7 @@ NETWORK_NEEDED = [
 _KEYS = ["gpu", "setting", "mode"]
 
 
-class ValidationError(ValueError):
+class ValidationError(OpcostError, ValueError):
     """Validation inputs are inconsistent; the message names what to fix."""
 
 

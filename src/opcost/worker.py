@@ -45,16 +45,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from opcost.errors import OpcostError
+
 _HEADER = struct.Struct("!Q")
 #: How often the worker checks, during a job, whether its parent is still alive (s).
 PARENT_CHECK_S = 1.0
 
 
-class WorkerError(RuntimeError):
+class WorkerError(OpcostError, RuntimeError):
     """The measurement worker failed: it died, or its answer cannot be read."""
 
 
-class RemoteError(RuntimeError):
+class RemoteError(OpcostError, RuntimeError):
     """An exception raised in the worker that could not be sent back as it was."""
 
 
@@ -274,7 +276,7 @@ def _exit_gracefully(scheduler: Any, *args: Any) -> None:
     _DEADLINE.put(_exit_soon)
 
 
-class SignalSetupError(RuntimeError):
+class SignalSetupError(OpcostError, RuntimeError):
     """Snakemake's SIGTERM handling is not the one :func:`stop_on_terminate` replaces."""
 
 

@@ -18,6 +18,8 @@ from typing import Any
 import pandas as pd
 
 from opcost.config import Study
+from opcost.errors import OpcostError
+from opcost.io import write_atomic
 from opcost.names import parse_setting
 
 MEASUREMENT_PARAMS = (
@@ -102,7 +104,7 @@ def unique_ops(path: str | Path) -> pd.DataFrame:
     return _unique_ops(path, Path(path).stat().st_mtime_ns)
 
 
-class UnknownOpError(LookupError):
+class UnknownOpError(OpcostError, LookupError):
     """An op id that the study's op table does not hold."""
 
 
@@ -133,7 +135,7 @@ def raw_prefixes(study: Study, gpu: str, op_ids: list[str]) -> list[str]:
     return out
 
 
-class MissingRawLogError(FileNotFoundError):
+class MissingRawLogError(OpcostError, FileNotFoundError):
     """A dataset holds a row whose raw log is gone: it is older than its ground truth."""
 
 
@@ -210,5 +212,4 @@ def run_profile(
     summary["pid"] = os.getpid()
     summary["worker_pid"] = worker.pid()
     summary["slurm_job_id"] = os.environ.get("SLURM_JOB_ID")
-    Path(log.job).parent.mkdir(parents=True, exist_ok=True)
-    Path(log.job).write_text(json.dumps(summary) + "\n")
+    write_atomic(log.job, json.dumps(summary) + "\n")

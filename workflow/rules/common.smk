@@ -7,12 +7,12 @@ from opcost.names import (
     NAME_PATTERN,
     OP_ID_PATTERN,
     SETTING_PATTERN,
+    SPEC_VERSION,
 )
 from opcost import workflow as wf
 from opcost import slurm as slurm_preflight
 from opcost import worker
 from opcost import snakemake_compat
-from opcost.spec import SPEC_VERSION
 
 # Snakemake 9 can form the profiling batches (profiles/slurm: groups, group-components)
 # twice and submit both: the same ops measured twice at once. This makes the batching

@@ -1,8 +1,8 @@
 """Extract the operations of one model-input set (rule extract)."""
 
 from opcost.extract import extract_model_input
+from opcost.io import write_parquet_atomic
 from opcost.names import ModelInput
-from opcost.tables import write_parquet_atomic
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 table = extract_model_input(

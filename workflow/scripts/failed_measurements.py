@@ -1,6 +1,6 @@
 """The failed measurements of one GPU configuration as a CSV for the report."""
 
-from opcost.tables import read_parquet, write_csv_atomic
+from opcost.io import read_parquet, write_csv_atomic
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 failed = read_parquet(sm.input.failed)

@@ -3,7 +3,7 @@
 import pandas as pd
 
 from opcost.extract import unique_ops
-from opcost.tables import write_parquet_atomic
+from opcost.io import write_parquet_atomic
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 table = unique_ops([pd.read_parquet(path) for path in sm.input.ops])

@@ -17,6 +17,8 @@ them.
 
 from __future__ import annotations
 
+from opcost.errors import OpcostError
 
-class PredictorError(ValueError):
+
+class PredictorError(OpcostError, ValueError):
     """A predictor directory is missing, incomplete or incompatible; the message names it."""

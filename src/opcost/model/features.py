@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from opcost.errors import OpcostError
+
 #: Bump when the encoding changes: a model trained with another version is refused.
 FEATURES_VERSION = 2
 NOT_APPLICABLE = -1.0
@@ -86,7 +88,7 @@ REQUIRED_COLUMNS = ("spec", "mode", "dtype", "tf32", *CONDITIONS)
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
 
 
-class SchemaError(ValueError):
+class SchemaError(OpcostError, ValueError):
     """A model, its feature schema and the data do not fit together; the message says why."""
 
 
