@@ -34,10 +34,9 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 def _module_file(module: str) -> Path:
-    """``opcost`` -> its ``__init__.py``; ``opcost.x`` -> ``x.py`` of the package."""
-    if module == "opcost":
-        return PACKAGE_DIR / "__init__.py"
-    return PACKAGE_DIR / f"{module.removeprefix('opcost.')}.py"
+    """``opcost.x.y`` -> ``x/y.py`` of the package, or ``x/y/__init__.py`` for a package."""
+    path = PACKAGE_DIR.joinpath(*module.split(".")[1:])
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
 
 
 def _opcost_imports(source: str) -> set[str]:
@@ -50,14 +49,15 @@ def _opcost_imports(source: str) -> set[str]:
             if node.module.split(".")[0] != "opcost":
                 continue
             found.add(node.module)
-            if node.module == "opcost":
-                # `from opcost import x`: x is a module of the package or a name of it.
-                found |= {
-                    f"opcost.{a.name}"
-                    for a in node.names
-                    if _module_file(f"opcost.{a.name}").is_file()
-                }
-    return found
+            # `from opcost.p import x`: x is a module of the package or a name of it.
+            found |= {
+                f"{node.module}.{a.name}"
+                for a in node.names
+                if _module_file(f"{node.module}.{a.name}").is_file()
+            }
+    # Importing opcost.p.x runs opcost.p's __init__.py too.
+    parents = {m.rsplit(".", k)[0] for m in found for k in range(1, m.count("."))}
+    return found | parents
 
 
 @cache
