@@ -478,6 +478,19 @@ def test_code_version_of_the_figure_rules_follows_the_figures_package(tmp_path, 
         before = after
 
 
+def test_figures_smk_makes_every_figure_rule_from_the_registry():
+    # One rule, in a loop over the registry, with the figure script's code version; the
+    # measuring sweep rules live elsewhere (sweep.smk), without one.
+    text = (REPO / "workflow/rules/figures.smk").read_text()
+    assert re.findall(r"^[ \t]*rule\b.*:", text, re.M) == ["    rule:"]
+    assert "for figure_entry in FIGURES:\n" in text
+    assert 'opcost_code=code_version("figure.py")' in text
+    sweep = (REPO / "workflow/rules/sweep.smk").read_text()
+    rules = re.findall(r"^rule (\w+):", sweep, re.M)
+    assert rules == ["sweep_proportionality", "sweep_power_trace"]
+    assert "opcost_code" not in sweep
+
+
 #: The figure rules before they were made from the registry: output stem -> (rule, log).
 OLD_FIGURE_RULES = {
     "proportionality": "figure_proportionality",

@@ -39,6 +39,8 @@ PREDICTION_NETWORKS = "results/validation/prediction_networks.parquet"
 #: The tables ``rule all`` builds besides the figures.
 TABLES = (DATASET_VALIDATION, "results/validation/prediction_metrics.parquet")
 
+#: Report categories (sections of the Snakemake report).
+METHOD, DATASET, PREDICTION = "Measurement method", "Dataset validation", "Prediction accuracy"
 #: Draws a figure from a rule's named input files, a style and the figure's options.
 Draw = Callable[[Mapping[str, str], FigureStyle, Mapping[str, Any]], Figure]
 
@@ -98,10 +100,6 @@ class FigureEntry:
         ]
 
 
-def _tables(**files: str) -> Callable[[Study], dict[str, str]]:
-    return lambda study: dict(files)
-
-
 def _sweep_files(**files: str) -> Callable[[Study], dict[str, str]]:
     """Files of the sweep's GPU configuration, ``results/sweep/{gpu}/<file>``."""
 
@@ -114,7 +112,7 @@ def _sweep_files(**files: str) -> Callable[[Study], dict[str, str]]:
 
 
 def _never(study: Study) -> bool:
-    # The sweep figures need a GPU run of their own (docs/sweep_record.md).
+    # The sweep figures need a GPU run of their own (docs/sweep.md).
     return False
 
 
@@ -122,87 +120,75 @@ def _several_settings(study: Study) -> bool:
     return any(len(g.settings) > 1 for g in study.gpus.values())
 
 
-def _trace(inputs: Mapping[str, str]) -> sweep_record.PowerTrace:
-    return sweep_record.read_power_trace(inputs["csv"], inputs["record"])
+def _on_trace(
+    name: str, figure: Callable[[sweep_record.PowerTrace, FigureStyle], Figure]
+) -> FigureEntry:
+    """A figure of the power-trace sweep (not in ``rule all``: it needs a GPU run)."""
+    files = _sweep_files(csv="power_trace.csv", record="power_trace.json")
+    return FigureEntry(
+        name,
+        lambda i, s, o: figure(sweep_record.read_power_trace(i["csv"], i["record"]), s),
+        files,
+        METHOD,
+        in_all=_never,
+    )
 
 
-def _record(inputs: Mapping[str, str], kind: str) -> dict[str, Any]:
-    return sweep_record.read_record(inputs["record"], kind)
+def _on_table(
+    name: str,
+    figure: Callable[[pd.DataFrame, FigureStyle], Figure],
+    key: str,
+    path: str,
+    category: str,
+    **kwargs: Any,
+) -> FigureEntry:
+    """A figure of one table: input ``key`` is the file ``path``."""
+    return FigureEntry(
+        name,
+        lambda i, s, o: figure(read_parquet(i[key]), s),
+        lambda study: {key: path},
+        category,
+        **kwargs,
+    )
 
-
-def _table(key: str) -> Callable[[Mapping[str, str]], pd.DataFrame]:
-    return lambda inputs: read_parquet(inputs[key])
-
-
-_validation, _ops, _networks = _table("validation"), _table("ops"), _table("networks")
-METHOD, DATASET, PREDICTION = "Measurement method", "Dataset validation", "Prediction accuracy"
-_TRACE = _sweep_files(csv="power_trace.csv", record="power_trace.json")
 
 FIGURES: tuple[FigureEntry, ...] = (
     FigureEntry(
         "proportionality",
-        lambda i, s, o: proportionality_figure(_record(i, "proportionality"), s),
+        lambda i, s, o: proportionality_figure(
+            sweep_record.read_record(i["record"], "proportionality"), s
+        ),
         _sweep_files(record="proportionality.json"),
         METHOD,
         in_all=_never,
     ),
-    FigureEntry(
-        "power_trace",
-        lambda i, s, o: power_trace_figure(_trace(i), s),
-        _TRACE,
-        METHOD,
-        in_all=_never,
-    ),
-    FigureEntry(
-        "startup_effect",
-        lambda i, s, o: startup_figure(_trace(i), s),
-        _TRACE,
-        METHOD,
-        in_all=_never,
-    ),
+    _on_trace("power_trace", power_trace_figure),
+    _on_trace("startup_effect", startup_figure),
     FigureEntry(
         "validation",
-        lambda i, s, o: validation_figure(_validation(i), o["size_class"], s),
-        _tables(validation=DATASET_VALIDATION),
+        lambda i, s, o: validation_figure(read_parquet(i["validation"]), o["size_class"], s),
+        lambda study: {"validation": DATASET_VALIDATION},
         DATASET,
         variants={"size": ("small", "large")},
         options={"size_class": "size"},
     ),
-    FigureEntry(
-        "network_energy",
-        lambda i, s, o: network_energy_figure(_validation(i), s),
-        _tables(validation=DATASET_VALIDATION),
-        DATASET,
-    ),
-    FigureEntry(
+    _on_table("network_energy", network_energy_figure, "validation", DATASET_VALIDATION, DATASET),
+    _on_table(
         "settings",
-        lambda i, s, o: settings_figure(_validation(i), s),
-        _tables(validation=DATASET_VALIDATION),
+        settings_figure,
+        "validation",
+        DATASET_VALIDATION,
         DATASET,
         in_all=_several_settings,
     ),
-    FigureEntry(
-        "prediction_ops",
-        lambda i, s, o: prediction_ops_figure(_ops(i), s),
-        _tables(ops=PREDICTION_OPS),
-        PREDICTION,
-    ),
-    FigureEntry(
-        "prediction_errors",
-        lambda i, s, o: prediction_errors_figure(_ops(i), s),
-        _tables(ops=PREDICTION_OPS),
-        PREDICTION,
-    ),
-    FigureEntry(
-        "prediction_op_types",
-        lambda i, s, o: prediction_op_types_figure(_ops(i), s),
-        _tables(ops=PREDICTION_OPS),
-        PREDICTION,
-    ),
-    FigureEntry(
+    _on_table("prediction_ops", prediction_ops_figure, "ops", PREDICTION_OPS, PREDICTION),
+    _on_table("prediction_errors", prediction_errors_figure, "ops", PREDICTION_OPS, PREDICTION),
+    _on_table("prediction_op_types", prediction_op_types_figure, "ops", PREDICTION_OPS, PREDICTION),
+    _on_table(
         "prediction_networks",
-        lambda i, s, o: prediction_networks_figure(_networks(i), s),
-        _tables(networks=PREDICTION_NETWORKS),
+        prediction_networks_figure,
+        "networks",
+        PREDICTION_NETWORKS,
         PREDICTION,
     ),
 )
@@ -254,7 +240,7 @@ def figure_targets(study: Study) -> list[str]:
     """The tables and figures of a study's ``rule all`` (figures as PDF and PNG).
 
     The settings figure only where a GPU configuration has more than one setting; the
-    method figures not at all: they need a GPU run of their own (docs/sweep_record.md).
+    method figures not at all: they need a GPU run of their own (docs/sweep.md).
     """
     stems = [stem for entry in FIGURES if entry.in_all(study) for stem in entry.stems()]
     return [*TABLES, *(f"results/figures/{stem}.{ext}" for stem in stems for ext in ("pdf", "png"))]
