@@ -23,6 +23,7 @@ include: "workflow/rules/profile.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/validate.smk"
+include: "workflow/rules/sweep.smk"
 include: "workflow/rules/figures.smk"
 
 

@@ -981,7 +981,7 @@ GUARDS: tuple[Guard, ...] = (
         SCHEMA,
         "  sweep:\n    description: >\n",
         "  sweep_gone:\n    description: >\n",
-        "tests/test_sweep.py::test_defaults_agree_with_the_config_schema",
+        "tests/test_sweep.py::test_defaults_are_the_config_schemas",
         "schema: the sweep section gone (renamed)",
     ),
     Guard(
@@ -1123,6 +1123,43 @@ GUARDS: tuple[Guard, ...] = (
         'opcost = ["py.typed"]',
         "tests/test_install.py::test_the_installed_package_holds_its_config_schema",
         "pyproject: the config schema left out of the wheel",
+    ),
+    # --- issue 21: figures ---
+    Guard(
+        "figures-torch-free",
+        "faults",
+        "src/opcost/figures/method.py",
+        "from opcost import sweep_record\n",
+        "from opcost import sweep, sweep_record  # noqa: F401\n",
+        "tests/test_figures.py::test_drawing_figures_does_not_import_torch",
+        "figures: the method figures import the measuring sweep module (and torch)",
+    ),
+    Guard(
+        "code-version-packages",
+        "faults",
+        "src/opcost/workflow.py",
+        'return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")',
+        'return path.with_suffix(".py")',
+        "tests/test_figures.py::test_code_version_of_the_figure_rules_follows_the_figures_package",
+        "code_version: a subpackage (opcost.figures) is looked for as a module file",
+    ),
+    Guard(
+        "sweep-defaults-from-schema",
+        "bad input",
+        "src/opcost/sweep_record.py",
+        "        section = {**schema_defaults(), **section}\n",
+        '        section = {**schema_defaults(), "points": 24, **section}\n',
+        "tests/test_sweep.py::test_defaults_live_only_in_the_schema",
+        "SweepConfig: a default written in the code besides the schema's",
+    ),
+    Guard(
+        "style-defaults-from-schema",
+        "bad input",
+        "src/opcost/figures/style.py",
+        'default_factory=lambda: int(schema_defaults()["dpi"])',
+        "default_factory=lambda: 150",
+        "tests/test_figures.py::test_style_defaults_live_only_in_the_schema",
+        "FigureStyle: a default written in the code besides the schema's",
     ),
 )
 

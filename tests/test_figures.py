@@ -1,17 +1,20 @@
-"""Tests for opcost.figures and the figure rules.
+"""Tests for opcost.figures, the figure rules made from its registry, and tools/figure_docs.py.
 
 The figure functions are drawn from the committed real H100 data (tests/data/h100, and the
-probe's power log tests/data/h100_probe); a slow test runs every figure rule through
-Snakemake on that data, builds the report, and shows that changing only the figure style
-reruns only the figure rules.
+probe's power log tests/data/h100_probe), in a fresh interpreter also without torch; slow
+tests run every figure rule through Snakemake on that data (a report, a style change that
+reruns only the figure rules) and show that one more registry entry is one more rule.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-import importlib.util
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import matplotlib.image
@@ -21,12 +24,12 @@ import pytest
 import yaml
 
 from opcost import figures
-from opcost.config import load_study_file
+from opcost.config import load_schema, load_study_file
 from opcost.evaluate import evaluate_measurement
 from opcost.figures import FigureError, FigureStyle, render, save_figure, unit_scale
 from opcost.names import parse_setting
 from opcost.powerlog import read_power_log
-from opcost.sweep import SweepConfig, gpu_config, read_power_trace, run_proportionality
+from opcost.sweep_record import SweepConfig, gpu_config, read_power_trace
 from opcost.validate import (
     dataset_validation,
     prediction_networks,
@@ -41,15 +44,9 @@ PDF_MAGIC = b"%PDF-"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def _load_docs_script():
-    path = REPO / "workflow" / "scripts" / "figure_docs.py"
-    spec = importlib.util.spec_from_file_location("opcost_figure_docs", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-docs = _load_docs_script()
+# tools/ is no package of opcost: the repository's root makes it importable.
+sys.path.insert(0, str(REPO))
+from tools import figure_docs as docs  # noqa: E402
 
 
 def assert_valid_pdf(path: Path) -> None:
@@ -113,9 +110,20 @@ def test_targets_include_the_settings_figure_only_with_several_settings():
 
 
 def test_style_comes_from_the_config():
+    # The schema's documented defaults: 150 dpi, 10 pt.
     assert figures.style_from_config({}) == FigureStyle(dpi=150, font_size=10.0)
+    assert FigureStyle() == FigureStyle(dpi=150, font_size=10.0)
     style = figures.style_from_config({"figures": {"dpi": 80, "font_size": 12}})
     assert style == FigureStyle(dpi=80, font_size=12.0)
+
+
+def test_style_defaults_live_only_in_the_schema(monkeypatch):
+    # A default changed in the schema (as opcost.config loads it) changes the style's.
+    schema = copy.deepcopy(load_schema())
+    schema["properties"]["figures"]["properties"]["dpi"]["default"] = 72
+    monkeypatch.setattr("opcost.figures.style.load_schema", lambda: schema)
+    assert figures.style_from_config({}) == FigureStyle(dpi=72, font_size=10.0)
+    assert figures.style_from_config({"figures": {"font_size": 8}}).dpi == 72
 
 
 def test_unit_scale_picks_readable_prefixes():
@@ -304,7 +312,11 @@ def test_figure_rules_on_real_data_and_a_style_change_reruns_only_them(tmp_path)
     config = docs.prepare_workdir(work, figures={"dpi": 60, "font_size": 10})
     gpu = next(iter(yaml.safe_load(config.read_text())["gpus"]))
     # The proportionality sweep, measured here on the CPU (a GPU run is the lead's).
-    sweep = SweepConfig(input=(2, 3, 32, 32), longest_run_s=0.012, points=6, short_points=1)
+    from opcost.sweep import run_proportionality
+
+    sweep = SweepConfig.from_config(
+        {"input": [2, 3, 32, 32], "longest_run_s": 0.012, "points": 6, "short_points": 1}
+    )
     cpu = gpu_config(gpu, {"device": "cpu", "tf32": True, "dtype": "float32"})
     profile = {"min_run_time_s": 0.02, "warmup_s": 0.005, "max_block_size": 4}
     run_proportionality(cpu, profile, sweep, work / f"results/sweep/{gpu}/proportionality.json")
@@ -378,3 +390,187 @@ def test_sweep_rules_run_on_the_cpu(tmp_path):
     for name in names:
         assert_valid_pdf(work / f"results/figures/{name}.pdf")
         assert_valid_png(work / f"results/figures/{name}.png")
+
+
+# --- torch-free drawing, the registry and the rules made from it ------------------------
+
+
+def test_drawing_figures_does_not_import_torch(tmp_path, validation):
+    # In a fresh interpreter: import opcost.figures, draw figures from committed data (the
+    # dataset-validation table of tests/data/h100, the H100 probe's power log).
+    validation.to_parquet(tmp_path / "validation.parquet")
+    script = f"""
+import sys
+sys.path.insert(0, {str(REPO)!r})
+from pathlib import Path
+import opcost.figures as figures
+from tools import figure_docs
+out = Path({str(tmp_path)!r})
+figure_docs.probe_power_trace("h100", out / "t.csv", out / "t.json")
+trace = {{"csv": str(out / "t.csv"), "record": str(out / "t.json")}}
+for name, inputs in (
+    ("network_energy", {{"validation": str(out / "validation.parquet")}}),
+    ("power_trace", trace),
+    ("startup_effect", trace),
+):
+    figures.render(name, inputs, out / f"{{name}}.pdf", out / f"{{name}}.png")
+print(sorted(m for m in sys.modules if m == "torch" or m.startswith("torch.")))
+"""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    run = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, check=False
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip() == "[]"
+    for name in ("network_energy", "power_trace", "startup_effect"):
+        assert_valid_png(tmp_path / f"{name}.png")
+
+
+def test_a_registry_entry_describes_its_rule():
+    study = load_study_file(REPO / "tests/data/configs/tiny.yaml", check_models=False)
+    entry = figures.figure_entry("validation")
+    assert entry.output("pdf") == "results/figures/validation_{size}.pdf"
+    assert entry.log == "logs/figures/validation_{size}.log"
+    assert entry.wildcard_constraints == {"size": "small|large"}
+    assert entry.stems() == ["validation_small", "validation_large"]
+    assert entry.options_for(dataclasses.make_dataclass("W", ["size"])("large")) == {
+        "size_class": "large"
+    }
+    assert entry.inputs(study) == {"validation": "results/validation/dataset_validation.parquet"}
+    trace = figures.figure_entry("startup_effect")
+    assert trace.stems() == ["startup_effect"]
+    assert trace.options_for(object()) == {}
+    assert trace.inputs(study) == {
+        "csv": "results/sweep/cpu/power_trace.csv",
+        "record": "results/sweep/cpu/power_trace.json",
+    }
+    # The sweep's GPU configuration is config sweep.gpu, else the study's first.
+    two = dataclasses.replace(
+        study,
+        gpus={**study.gpus, "h100": study.gpus["cpu"]},
+        config={**study.config, "sweep": {"gpu": "h100"}},
+    )
+    assert trace.inputs(two)["csv"] == "results/sweep/h100/power_trace.csv"
+    with pytest.raises(FigureError, match="unknown figure 'nope'"):
+        figures.figure_entry("nope")
+
+
+def test_code_version_of_the_figure_rules_follows_the_figures_package(tmp_path, monkeypatch):
+    # figure.py imports opcost.figures, a package: a change to any module of it reruns the
+    # figure rules; a change to a module no figure uses does not.
+    import shutil
+
+    from opcost import workflow as wf
+
+    copy_dir = tmp_path / "opcost"
+    shutil.copytree(wf.PACKAGE_DIR, copy_dir, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(wf, "PACKAGE_DIR", copy_dir)
+    script = REPO / "workflow" / "scripts" / "figure.py"
+    before = wf.code_version.__wrapped__(script)
+    for changed, reruns in (
+        ("train.py", False),
+        ("figures/prediction.py", True),
+        ("sweep_record.py", True),
+        ("sweep.py", False),
+        ("figures/__init__.py", True),
+    ):
+        with open(copy_dir / changed, "a") as f:
+            f.write("# a comment\n")
+        after = wf.code_version.__wrapped__(script)
+        assert (after != before) == reruns, changed
+        before = after
+
+
+def test_figures_smk_makes_every_figure_rule_from_the_registry():
+    # One rule, in a loop over the registry, with the figure script's code version; the
+    # measuring sweep rules live elsewhere (sweep.smk), without one.
+    text = (REPO / "workflow/rules/figures.smk").read_text()
+    assert re.findall(r"^[ \t]*rule\b.*:", text, re.M) == ["    rule:"]
+    assert "for figure_entry in FIGURES:\n" in text
+    assert 'opcost_code=code_version("figure.py")' in text
+    sweep = (REPO / "workflow/rules/sweep.smk").read_text()
+    rules = re.findall(r"^rule (\w+):", sweep, re.M)
+    assert rules == ["sweep_proportionality", "sweep_power_trace"]
+    assert "opcost_code" not in sweep
+
+
+#: The figure rules before they were made from the registry: output stem -> (rule, log).
+OLD_FIGURE_RULES = {
+    "proportionality": "figure_proportionality",
+    "power_trace": "figure_power_trace",
+    "startup_effect": "figure_startup_effect",
+    "validation_small": "figure_validation",
+    "validation_large": "figure_validation",
+    "network_energy": "figure_network_energy",
+    "settings": "figure_settings",
+    "prediction_ops": "figure_prediction_ops",
+    "prediction_errors": "figure_prediction_errors",
+    "prediction_op_types": "figure_prediction_op_types",
+    "prediction_networks": "figure_prediction_networks",
+}
+
+
+def dry_run_jobs(output: str) -> dict[str, dict[str, str]]:
+    """The jobs of a dry run's listing: first output -> rule, output, log, wildcards."""
+    jobs = {}
+    for block in re.split(r"\n(?=rule \w+:)", output):
+        rule = re.match(r"rule (\w+):", block)
+        if not rule:
+            continue
+        fields = dict(re.findall(r"^    (\w+): (.*)$", block, re.M))
+        jobs[fields["output"].split(", ")[0]] = {"rule": rule[1], **fields}
+    return jobs
+
+
+@pytest.mark.slow
+def test_figure_rules_come_from_the_registry(tmp_path):
+    # Run Snakemake with one more registry entry: the old figures keep their rules,
+    # outputs and logs, and the new entry is one more rule with its own output.
+    work = tmp_path / "work"
+    for path in (
+        "results/validation/dataset_validation.parquet",
+        "results/validation/prediction_ops.parquet",
+        "results/validation/prediction_networks.parquet",
+        "results/sweep/cpu/proportionality.json",
+        "results/sweep/cpu/power_trace.csv",
+        "results/sweep/cpu/power_trace.json",
+    ):
+        (work / path).parent.mkdir(parents=True, exist_ok=True)
+        (work / path).touch()
+    (work / "Snakefile").write_text(docs.scratch_snakefile(REPO))
+    stems = [*OLD_FIGURE_RULES, "energy_copy"]
+    targets = [f"results/figures/{stem}.{ext}" for stem in stems for ext in ("pdf", "png")]
+    script = """
+import dataclasses, sys
+import opcost.figures as figures
+from opcost.figures import registry
+extra = dataclasses.replace(figures.figure_entry("network_energy"), name="energy_copy")
+figures.FIGURES = registry.FIGURES = (*registry.FIGURES, extra)
+from snakemake.cli import main
+sys.argv = ["snakemake", *sys.argv[1:]]
+main()
+"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO / "tests")])}
+    run = subprocess.run(
+        [sys.executable, "-c", script, "-s", str(work / "Snakefile"), "-d", str(work)]
+        + ["--configfile", str(REPO / "tests/data/configs/tiny.yaml"), "-n", *targets],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-5000:]
+    jobs = dry_run_jobs(run.stdout + run.stderr)
+    expected = {**OLD_FIGURE_RULES, "energy_copy": "figure_energy_copy"}
+    assert {f"results/figures/{s}.pdf": r for s, r in expected.items()} == {
+        output: job["rule"] for output, job in jobs.items()
+    }
+    for stem in expected:
+        job = jobs[f"results/figures/{stem}.pdf"]
+        assert job["output"] == f"results/figures/{stem}.pdf, results/figures/{stem}.png"
+        assert job["log"] == f"logs/figures/{stem}.log"
+    assert jobs["results/figures/validation_large.pdf"]["wildcards"] == "size=large"
+    assert jobs["results/figures/energy_copy.pdf"]["input"] == (
+        "results/validation/dataset_validation.parquet"
+    )

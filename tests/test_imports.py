@@ -47,9 +47,6 @@ def torch_imported(done: subprocess.CompletedProcess[str]) -> bool:
     return reports[0] == REPORT + "True"
 
 
-FIGURES_HELPER = pytest.mark.xfail(strict=True, reason="fixed by the figures helper")
-
-
 @pytest.mark.parametrize(
     "module",
     [
@@ -60,7 +57,8 @@ FIGURES_HELPER = pytest.mark.xfail(strict=True, reason="fixed by the figures hel
         "opcost.config",
         "opcost.workflow",
         "opcost.names",
-        pytest.param("opcost.figures", marks=FIGURES_HELPER),
+        "opcost.figures",
+        "opcost.sweep_record",
     ],
 )
 def test_importing_a_stage_that_does_not_measure_leaves_torch_out(module):
@@ -99,7 +97,6 @@ def test_predicting_from_an_op_table_leaves_torch_out(predictors):
 
 
 @pytest.mark.slow
-@FIGURES_HELPER
 def test_a_dry_run_of_the_default_study_leaves_torch_out_of_snakemake(tmp_path):
     # Targets first, then --configfile (whose values would swallow a target after it).
     argv = [

@@ -1,10 +1,12 @@
-"""Tests for opcost.sweep: the proportionality fit, the run grid, the power-trace schedule,
-and the sweeps themselves on the CPU and against the fake nvidia-smi (a replayed H100 log).
+"""Tests for opcost.sweep and opcost.sweep_record: the proportionality fit, the run grid,
+the power-trace schedule, and the sweeps on the CPU and against the fake nvidia-smi (a
+replayed H100 log).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import json
 import math
@@ -16,10 +18,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
 from opcost import device_lock, nvsmi
-from opcost.config import ConfigError, load_study_file
+from opcost.config import ConfigError, load_schema, load_study_file
 from opcost.harness import HarnessOptions, Workload
 from opcost.sweep import (
     PowerTrace,
@@ -40,17 +41,19 @@ from opcost.sweep import (
 REPO = Path(__file__).resolve().parents[1]
 FAKES = REPO / "tests" / "fakes"
 FAKE_UUID = "GPU-57781e38-0b78-5d74-ed7b-e2db6ddbacd3"  # tests/fakes/README.md
-TINY = SweepConfig(
-    input=(2, 3, 32, 32),
-    shortest_run_s=1e-4,
-    longest_run_s=0.012,
-    points=6,
-    short_points=1,
-    repeats=2,
-    idle_s=0.05,
-    run_s=0.02,
-    cycles=2,
-    overlay_runs=2,
+TINY = SweepConfig.from_config(
+    {
+        "input": [2, 3, 32, 32],
+        "shortest_run_s": 1e-4,
+        "longest_run_s": 0.012,
+        "points": 6,
+        "short_points": 1,
+        "repeats": 2,
+        "idle_s": 0.05,
+        "run_s": 0.02,
+        "cycles": 2,
+        "overlay_runs": 2,
+    }
 )
 CPU = gpu_config("cpu", {"device": "cpu", "tf32": True, "dtype": "float32"})
 PROFILE = {"min_run_time_s": 0.02, "warmup_s": 0.005, "block_size": 0, "max_block_size": 4}
@@ -95,7 +98,7 @@ def test_fit_needs_enough_positive_measurements():
 
 
 def test_default_grid_puts_six_sevenths_of_the_runs_in_the_linear_part():
-    cfg = SweepConfig()
+    cfg = SweepConfig.from_config()
     times = cfg.run_times_s()
     assert len(times) == cfg.points + cfg.short_points == 28
     assert times == sorted(times)
@@ -116,24 +119,43 @@ def test_config_rejects_unknown_keys_and_bad_values():
         SweepConfig.from_config({"shortest_run_s": 2.0, "longest_run_s": 1.0})
     with pytest.raises(ConfigError, match="points"):
         SweepConfig.from_config({"points": 1})
-    assert SweepConfig.from_config(None) == SweepConfig()
+    assert SweepConfig.from_config(None) == SweepConfig.from_config({})
     assert SweepConfig.from_config({"input": [1, 3, 8, 8]}).input == (1, 3, 8, 8)
 
 
-def test_defaults_agree_with_the_config_schema():
-    schema = yaml.safe_load((REPO / "src/opcost/config.schema.yaml").read_text())
-    assert "sweep" in schema["properties"], "the config schema lost its sweep section"
-    defaults = {k: v["default"] for k, v in schema["properties"]["sweep"]["properties"].items()}
-    expected = dataclasses.asdict(SweepConfig())
-    expected["input"] = list(expected["input"])
-    assert defaults == expected
+def test_defaults_are_the_config_schemas():
+    # The schema's documented defaults (workflow/schemas/config.schema.yaml, `sweep`).
+    cfg = SweepConfig.from_config()
+    assert (cfg.gpu, cfg.model, cfg.input, cfg.op_index, cfg.mode) == (
+        None,
+        "resnet18",
+        (32, 3, 224, 224),
+        0,
+        "inference",
+    )
+    assert (cfg.shortest_run_s, cfg.longest_run_s, cfg.points, cfg.short_points) == (
+        1e-5,
+        1.0,
+        24,
+        4,
+    )
+    assert (cfg.repeats, cfg.idle_s, cfg.run_s, cfg.cycles, cfg.overlay_runs) == (3, 2.0, 2.0, 3, 5)
+
+
+def test_defaults_live_only_in_the_schema(monkeypatch):
+    # A default changed in the schema (as opcost.config loads it) changes the sweep's.
+    schema = copy.deepcopy(load_schema())
+    schema["properties"]["sweep"]["properties"]["points"]["default"] = 12
+    monkeypatch.setattr("opcost.sweep_record.load_schema", lambda: schema)
+    assert SweepConfig.from_config().points == 12
+    assert SweepConfig.from_config({"points": 5}).points == 5
 
 
 def test_sweep_gpu_is_the_first_unless_named():
     study = load_study_file(REPO / "tests/data/configs/tiny.yaml", check_models=False)
-    assert sweep_gpu(study, SweepConfig()) == "cpu"
+    assert sweep_gpu(study, SweepConfig.from_config()) == "cpu"
     with pytest.raises(ConfigError, match="sweep.gpu"):
-        sweep_gpu(study, SweepConfig(gpu="h100"))
+        sweep_gpu(study, SweepConfig.from_config({"gpu": "h100"}))
 
 
 def test_sweep_op_is_the_networks_first_layer():

@@ -36,8 +36,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 def _module_file(module: str) -> Path:
-    """``opcost`` -> its ``__init__.py``; ``opcost.x.y`` -> ``x/y.py``, or ``x/y/__init__.py``
-    for a subpackage."""
+    """``opcost.x.y`` -> ``x/y.py`` of the package, or ``x/y/__init__.py`` for a package."""
     path = PACKAGE_DIR.joinpath(*module.split(".")[1:])
     return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
 
@@ -58,8 +57,9 @@ def _opcost_imports(source: str) -> set[str]:
                 for a in node.names
                 if _module_file(f"{node.module}.{a.name}").is_file()
             }
-    # Importing opcost.p.x runs opcost/p/__init__.py first.
-    return found | {m.rsplit(".", 1)[0] for m in found if m.count(".") > 1}
+    # Importing opcost.p.x runs opcost.p's __init__.py too.
+    parents = {m.rsplit(".", k)[0] for m in found for k in range(1, m.count("."))}
+    return found | parents
 
 
 @cache

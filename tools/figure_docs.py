@@ -1,21 +1,17 @@
-"""Build the README's figures from the committed real H100 data (run by hand, not a rule).
+"""Build the README's figures from the committed real H100 data (by hand, not a rule).
 
 Usage, from the repository root::
 
-    python workflow/scripts/figure_docs.py            # writes docs/figures/*.png
-    python workflow/scripts/figure_docs.py --keep DIR # and keeps the working directory
+    python tools/figure_docs.py            # writes docs/figures/*.png
+    python tools/figure_docs.py --keep DIR # and keeps the working directory
 
-It copies the real H100 sample (``tests/data/h100``: raw logs, operations, dataset) into a
-scratch working directory, runs ``snakemake`` for the figures with
-``config/h100-sample.yaml``, and copies the PNGs named in :data:`DOCS_FIGURES` to
-``docs/figures/``. The method figures need the sweep rules run on a GPU
-(docs/validation.md); once their outputs are copied to ``tests/data/h100/sweep/``
-(``proportionality.json``, ``power_trace.csv``, ``power_trace.json``) they are used. Until
-then the power figures show the real power log of the H100 probe
-(``tests/data/h100_probe``: three 1-s matmul loops 0.7 s apart) and the proportionality
-figure is not built.
-
-``tests/test_figures.py`` builds its working directory with :func:`prepare_workdir`.
+It copies the real H100 sample (``tests/data/h100``) into a scratch working directory
+(:func:`prepare_workdir`, also what tests/test_figures.py runs the figure rules in), runs
+``snakemake`` for the figures with ``config/h100-sample.yaml`` and copies the PNGs named
+in :data:`DOCS_FIGURES` to ``docs/figures/``. The method figures use the sweep outputs in
+``tests/data/h100/sweep/`` where there are some; else the power figures show the real
+power log of the H100 probe (``tests/data/h100_probe``) and the proportionality figure is
+not built (docs/sweep.md).
 """
 
 from __future__ import annotations
@@ -34,7 +30,7 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "tests" / "data" / "h100"
 #: Where the GPU run's sweep outputs go, when there are some (``results/sweep/{gpu}/``).
 SAMPLE_SWEEP = SAMPLE / "sweep"
@@ -74,17 +70,10 @@ PROBE_LOOPS_UNIX_S = (
 )
 
 
-def scratch_snakefile(repo: Path, schema: Path | None = None) -> str:
-    """The repository's Snakefile with absolute paths, including the stages it lacks yet."""
+def scratch_snakefile(repo: Path) -> str:
+    """The repository's Snakefile, with absolute paths to its rules and configs."""
     text = (repo / "Snakefile").read_text()
-    text = re.sub(r'"(workflow/|config/)', lambda m: f'"{repo}/{m[1]}', text)
-    if schema is not None:
-        text = text.replace(f'"{repo}/workflow/schemas/config.schema.yaml"', f'"{schema}"')
-    for stage in ("train", "validate", "figures"):
-        if f"rules/{stage}.smk" not in text:
-            include = f'include: "{repo}/workflow/rules/{stage}.smk"\n'
-            text = text.replace("\n\nrule all:", f"\n{include}\n\nrule all:", 1)
-    return text
+    return re.sub(r'"(workflow/|config/)', lambda m: f'"{repo}/{m[1]}', text)
 
 
 def _log_span_unix_s(csv_path: Path) -> tuple[float, float]:
