@@ -124,7 +124,7 @@ def test_config_rejects_unknown_keys_and_bad_values():
 
 
 def test_defaults_are_the_config_schemas():
-    # The schema's documented defaults (workflow/schemas/config.schema.yaml, `sweep`).
+    # The schema's documented defaults (src/opcost/config.schema.yaml, `sweep`).
     cfg = SweepConfig.from_config()
     assert (cfg.gpu, cfg.model, cfg.input, cfg.op_index, cfg.mode) == (
         None,
