@@ -31,7 +31,9 @@ SCANNED = (
     "profiles/**/*",
     "config/**/*",
     "bench/*.py",
-    "bench/*.sh",
+    "experiments/*.py",
+    "tools/*.py",
+    "tools/*.sh",
     "src/opcost/**/*.py",
     "workflow/**/*",
 )

@@ -259,7 +259,7 @@ def prepare_network(
     """A workload for a whole network, measured as one large operation (block of one).
 
     ``leave_init=False`` measures training at the network's initial values (item 5 of the
-    module docstring says why the pipeline does not; ``bench/init_power.py`` compares).
+    module docstring says why the pipeline does not; ``experiments/init_power.py`` compares).
     """
     device = torch.device(opts.device)
     dtype = specs.dtype_from_name(opts.dtype)

@@ -1,6 +1,6 @@
 """How often NVML's energy counter and power reading change under load (GPU).
 
-    python bench/energy_counter_interval.py [--seconds 4]
+    python experiments/energy_counter_interval.py [--seconds 4]
 
 Keeps the GPU busy with float32 matrix products for ``--seconds`` while polling, about
 every 0.2 ms, the total-energy counter (``nvmlDeviceGetTotalEnergyConsumption``) and the

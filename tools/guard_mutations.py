@@ -8,9 +8,9 @@ mutated one; a test that still passes does not check its guard.
 
 Usage, from the repository root::
 
-    python bench/guard_mutations.py              # every guard (10 to 20 minutes on 2 cores)
-    python bench/guard_mutations.py --list       # the guards, their mutations and tests
-    python bench/guard_mutations.py --only profile-oom-failed --only check-name
+    python tools/guard_mutations.py              # every guard (10 to 20 minutes on 2 cores)
+    python tools/guard_mutations.py --list       # the guards, their mutations and tests
+    python tools/guard_mutations.py --only profile-oom-failed --only check-name
 
 It prints a Markdown table (guard, category, mutation, test, passes unmutated, fails
 mutated, seconds) and exits 0 when every test passes unmutated and fails mutated, 1 when

@@ -1,6 +1,6 @@
 """Power of a network in training at its initial values and one step away from them (GPU).
 
-    python bench/init_power.py [--sizes 64x3x224x224] [--models vit_b_16 resnet18 ...]
+    python experiments/init_power.py [--sizes 64x3x224x224] [--models vit_b_16 resnet18 ...]
                                [--min-run-time 1.0] [--json out.json]
 
 Each network is measured in training as the profiling jobs measure it (``opcost.harness``,

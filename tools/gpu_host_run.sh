@@ -3,7 +3,7 @@
 # install the carried wheels (.whl/, built by ../shared/gpu-host/wheelhouse.sh), put the
 # project on the path, run the pipeline with the local executor, one GPU job at a time.
 #
-#   bash bench/gpu_host_run.sh CONFIG [LIMIT_S] [extra snakemake arguments]
+#   bash tools/gpu_host_run.sh CONFIG [LIMIT_S] [extra snakemake arguments]
 #
 # LIMIT_S stops Snakemake (SIGTERM to it and its measurement worker, which unwinds the job
 # it runs; SIGKILL 20 s later, as Snakemake's threads may not stop on SIGTERM) so that what

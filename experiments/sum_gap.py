@@ -22,7 +22,7 @@ lands close to the network.
 (automatic size); ``--nvsmi`` runs two nvidia-smi loggers at 20 ms during the probe, as a
 profiling job does (its measurement log and the whole-job log).
 
-Usage (on a GPU host): python bench/sum_gap.py [--sizes 4x3x64x64 32x3x224x224]
+Usage (on a GPU host): python experiments/sum_gap.py [--sizes 4x3x64x64 32x3x224x224]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """How well a whole network's time repeats on one host, against another host (GPU).
 
-    python bench/network_repeat.py [--config config/hopper.yaml] [--gpu h100]
+    python experiments/network_repeat.py [--config config/hopper.yaml] [--gpu h100]
                                    [--repeats 3] [--json out.json]
 
 Measures every model-input set of the study's config in both modes as the profiling jobs
