@@ -34,7 +34,7 @@ import pandas as pd
 import torch
 import yaml
 
-from opcost import gpu_setting, harness, nvml, nvsmi, profile
+from opcost import gpu_setting, harness, nvml, nvsmi_logger, profile
 from opcost.config import GpuConfig
 from opcost.names import parse_setting
 
@@ -57,8 +57,9 @@ def _timed(name: str, fn):
 def _instrument() -> None:
     nvml.EnergyCounter.__init__ = _timed("NVML energy counter open", nvml.EnergyCounter.__init__)
     nvml.EnergyCounter.close = _timed("NVML energy counter close", nvml.EnergyCounter.close)
-    nvsmi.PowerLogger.start = _timed("nvidia-smi loggers start", nvsmi.PowerLogger.start)
-    nvsmi.PowerLogger.stop = _timed("nvidia-smi loggers stop", nvsmi.PowerLogger.stop)
+    logger = nvsmi_logger.PowerLogger
+    logger.start = _timed("nvidia-smi loggers start", logger.start)
+    logger.stop = _timed("nvidia-smi loggers stop", logger.stop)
     gpu_setting.recover_stale_setting = _timed(
         "GPU setting check", gpu_setting.recover_stale_setting
     )

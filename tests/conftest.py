@@ -50,7 +50,7 @@ def calls(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
         "FAKE_NVSMI_NA_FIELDS",
         "FAKE_NVSMI_IGNORE_TERM",
         # Under `sudo pytest` these would make opcost-gpu-setting ignore PATH (and so the
-        # fake): see opcost.gpu_setting.runs_elevated.
+        # fake): see opcost.gpu_setting_script.runs_elevated.
         "SUDO_UID",
         "SUDO_USER",
         "PKEXEC_UID",

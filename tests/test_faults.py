@@ -5,11 +5,11 @@ Issue #8, category 2. Per case, the guard (file:function) it checks.
 nvidia-smi (against the fake, tests/fakes/nvidia-smi; the job fails naming the cause):
 
 - missing: nvsmi.py:nvidia_smi_path (``test_missing_binary_suggests_cpu``)
-- exits at start (unknown GPU, lost driver): nvsmi.py:PowerLogger._watch_start
+- exits at start (unknown GPU, lost driver): nvsmi_logger.py:PowerLogger._watch_start
   (``test_unknown_gpu_fails_at_start``, ``test_exit_early_is_reported_with_code_and_message``)
-- dies midway, so the log ends before the measurement: nvsmi.py:PowerLogger.stop
+- dies midway, so the log ends before the measurement: nvsmi_logger.py:PowerLogger.stop
   (``test_logger_that_dies_midway_fails_on_exit``, ``test_early_death_is_added_to_the_body_error``)
-- writes no sample (hung driver), or ignores SIGTERM: nvsmi.py:PowerLogger._check_written
+- writes no sample (hung driver), or ignores SIGTERM: nvsmi_logger.py:PowerLogger._check_written
   and ._terminate (``test_logger_that_writes_nothing_fails_on_exit``,
   ``test_logger_ignoring_sigterm_is_killed``)
 - prints ``[N/A]`` / ``[Unknown Error]`` rows: the raw CSV keeps them untouched
@@ -119,10 +119,11 @@ from opcost.gpu_setting import (
     sigterm_unwinds,
 )
 from opcost.names import parse_setting
-from opcost.nvsmi import NvidiaSmiError, PowerLogger, gpu_info, supported_fields
+from opcost.nvsmi import NvidiaSmiError, gpu_info, supported_fields
+from opcost.nvsmi_logger import PowerLogger
 from opcost.powerlog import PowerLogError, read_power_log
 
-COMMAND = (sys.executable, "-m", "opcost.gpu_setting")
+COMMAND = (sys.executable, "-m", "opcost.gpu_setting_script")
 LOCK_1410 = ["-i", "0", "-lgc", "1410,1410"]
 RESET = [["-i", "0", "-rgc"], ["-i", "0", "-pl", "700"]]
 

@@ -20,16 +20,12 @@ from pathlib import Path
 import pytest
 from conftest import changes, recorded
 
-from opcost.gpu_setting import (
-    GpuSettingError,
-    applied_setting,
-    main,
-    marker_path,
-)
+from opcost.gpu_setting import GpuSettingError, applied_setting, marker_path
+from opcost.gpu_setting_script import main
 from opcost.names import parse_setting
 
 UUID = "GPU-57781e38-0b78-5d74-ed7b-e2db6ddbacd3"
-COMMAND = (sys.executable, "-m", "opcost.gpu_setting")
+COMMAND = (sys.executable, "-m", "opcost.gpu_setting_script")
 LOCK_1410 = ["-i", "0", "-lgc", "1410,1410"]
 RESET = [["-i", "0", "-rgc"], ["-i", "0", "-pl", "700"]]
 
@@ -70,13 +66,14 @@ def test_nvidia_smi_refusal_is_exit_1(
 
 def test_script_does_not_import_torch(calls: Path) -> None:
     code = (
-        "import sys; from opcost.gpu_setting import main; rc = main(['--gpu', '0', '--reset']); "
-        "print(rc, 'torch' in sys.modules)"
+        "import sys; from opcost.gpu_setting_script import main; "
+        "rc = main(['--gpu', '0', '--reset']); "
+        "print(rc, 'torch' in sys.modules, 'pandas' in sys.modules)"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     ).stdout
-    assert out.splitlines()[-1] == "0 False"
+    assert out.splitlines()[-1] == "0 False False"
 
 
 # --- the wrapper -----------------------------------------------------------------------

@@ -18,11 +18,11 @@ from conftest import recorded
 from opcost.nvsmi import (
     DEFAULT_FIELDS,
     GpuListing,
-    PowerLogger,
     gpu_info,
     list_gpus,
     supported_fields,
 )
+from opcost.nvsmi_logger import PowerLogger
 
 PROBE = Path(__file__).parent / "data" / "h100_probe"
 UUID = "GPU-57781e38-0b78-5d74-ed7b-e2db6ddbacd3"  # from `nvidia-smi -L` in probe.log

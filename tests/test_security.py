@@ -2,32 +2,33 @@
 
 Issue #8, category 3. Per case, the guard (file:function) it checks.
 
-The privileged script ``opcost-gpu-setting`` (src/opcost/gpu_setting.py:main, run as root
+The privileged script ``opcost-gpu-setting`` (src/opcost/gpu_setting_script.py:main, run as root
 through sudo):
 
 - hostile arguments (shell syntax, signs, spaces, exponents, hex, non-ASCII digits, huge
   numbers, zero), a missing GPU or action, an option given twice, two actions, extra words,
   abbreviations: refused with exit code 2 before nvidia-smi is ever called:
-  gpu_setting.py:_strict_int, :_gpu_arg, :_Once, :build_parser (``allow_abbrev=False``,
+  gpu_setting_script.py:_strict_int, :_gpu_arg, :_Once, :build_parser (``allow_abbrev=False``,
   ``required=True``, the mutually exclusive group)
   (``test_hostile_arguments_refused_without_calling_nvidia_smi``)
 - values the GPU does not support (a clock between two supported ones, out-of-range power
   limits, a GPU index or UUID that does not exist): refused before any change:
-  gpu_setting.py:main (``test_invalid_values_refused_before_any_change``)
+  gpu_setting_script.py:main (``test_invalid_values_refused_before_any_change``)
 - run through sudo, the script never runs an ``nvidia-smi`` from the caller's ``PATH``,
-  only one from fixed system directories: gpu_setting.py:runs_elevated,
+  only one from fixed system directories: gpu_setting_script.py:runs_elevated,
   :trusted_nvidia_smi (``test_under_sudo_nvidia_smi_on_path_is_not_run``,
   ``test_runs_elevated_sees_sudo``), and only if neither it nor a directory above it can
-  be changed by anyone but root: gpu_setting.py:_check_owned_by_root
+  be changed by anyone but root: gpu_setting_script.py:_check_owned_by_root
   (``test_under_sudo_a_changeable_nvidia_smi_is_refused``)
 
 The job side (gpu_setting.py:applied_setting) and the nvidia-smi adapter (nvsmi.py):
 
-- the setting command runs as an argument list, never through a shell: gpu_setting.py:_call
+- the setting command runs as an argument list, never through a shell: gpu_setting.py:_call,
+  through nvsmi.py:run_captured
   (``test_setting_command_runs_without_a_shell``); a command given as one string is refused:
   gpu_setting.py:_check_command (``test_command_as_string_refused``), and the config
   schema allows only a list (``test_setting_command_must_be_a_list_in_the_config``)
-- nvidia-smi runs without a shell: nvsmi.py:run_nvidia_smi
+- nvidia-smi runs without a shell: nvsmi.py:run_nvidia_smi, through :run_captured
   (``test_nvidia_smi_runs_without_a_shell``)
 - a GPU id that is neither an index nor a UUID never reaches a command line:
   nvsmi.py:check_gpu (``test_check_gpu_refuses``,
@@ -61,13 +62,15 @@ from conftest import FAKES, changes, recorded
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from opcost import gpu_setting
+from opcost import gpu_setting_script
 from opcost.config import ConfigError, load_study
-from opcost.gpu_setting import GpuSettingError, applied_setting, main
+from opcost.gpu_setting import GpuSettingError, applied_setting
+from opcost.gpu_setting_script import main
 from opcost.names import NAME_PATTERN, NameError_, check_name, parse_setting
-from opcost.nvsmi import NvidiaSmiError, PowerLogger, check_gpu, run_nvidia_smi
+from opcost.nvsmi import NvidiaSmiError, check_gpu, run_nvidia_smi
+from opcost.nvsmi_logger import PowerLogger
 
-COMMAND = (sys.executable, "-m", "opcost.gpu_setting")
+COMMAND = (sys.executable, "-m", "opcost.gpu_setting_script")
 
 
 # --- the privileged script -----------------------------------------------------------------
@@ -293,7 +296,9 @@ def under_sudo(calls: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     trusted = tmp_path / "trusted"
     trusted.mkdir()
     trusted.chmod(0o755)
-    monkeypatch.setattr(gpu_setting, "TRUSTED_NVIDIA_SMI_DIRS", (str(trusted),), raising=False)
+    monkeypatch.setattr(
+        gpu_setting_script, "TRUSTED_NVIDIA_SMI_DIRS", (str(trusted),), raising=False
+    )
     return trusted
 
 
@@ -387,7 +392,7 @@ def test_under_sudo_a_changeable_nvidia_smi_is_refused(
 )
 def test_runs_elevated_sees_sudo(environ: dict[str, str], elevated: bool) -> None:
     # This test process is not set-uid, so only the variables decide.
-    assert gpu_setting.runs_elevated(environ) is elevated
+    assert gpu_setting_script.runs_elevated(environ) is elevated
 
 
 # --- issue 19: predictor files hold data only -----------------------------------------------

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from opcost import device_lock, nvsmi
+from opcost import device_lock, nvsmi_logger
 from opcost.config import ConfigError, load_schema, load_study_file
 from opcost.harness import HarnessOptions, Workload
 from opcost.sweep import (
@@ -290,7 +290,7 @@ def test_power_trace_with_the_fake_nvidia_smi(tmp_path, fake_nvidia_smi):
     @contextlib.contextmanager
     def fake_log(csv_path, device, setting, profile_config, record):
         record.update(power_available=True, power_fields=fields, power_interval_ms=20)
-        with nvsmi.PowerLogger(csv_path, FAKE_UUID, fields, 20, start_grace_s=0.5):
+        with nvsmi_logger.PowerLogger(csv_path, FAKE_UUID, fields, 20, start_grace_s=0.5):
             yield lambda: None
 
     cfg = dataclasses.replace(TINY, idle_s=0.3, run_s=0.2)

@@ -196,7 +196,7 @@ GUARDS: tuple[Guard, ...] = (
         "nvsmi-missing",
         "faults",
         "src/opcost/nvsmi.py",
-        "    if found is None:\n        raise NvidiaSmiError(_MISSING_MESSAGE)\n",
+        "    if found is None:\n        raise NvidiaSmiError(MISSING_MESSAGE)\n",
         "",
         FAULTS + "test_missing_binary_suggests_cpu",
         "nvidia_smi_path: no check that nvidia-smi was found",
@@ -204,7 +204,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         "nvsmi-exit-at-start",
         "faults",
-        "src/opcost/nvsmi.py",
+        "src/opcost/nvsmi_logger.py",
         "            if code is not None:\n                raise NvidiaSmiError(",
         "            if False:\n                raise NvidiaSmiError(",
         FAULTS + "test_unknown_gpu_fails_at_start",
@@ -213,7 +213,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         "nvsmi-died-midway",
         "faults",
-        "src/opcost/nvsmi.py",
+        "src/opcost/nvsmi_logger.py",
         "        if died is not None:",
         "        if False:",
         FAULTS + "test_logger_that_dies_midway_fails_on_exit",
@@ -222,7 +222,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         "nvsmi-no-sample",
         "faults",
-        "src/opcost/nvsmi.py",
+        "src/opcost/nvsmi_logger.py",
         "        if len(lines) < 3:",
         "        if False:",
         FAULTS + "test_logger_that_writes_nothing_fails_on_exit",
@@ -361,7 +361,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         "script-strict-int",
         "security",
-        "src/opcost/gpu_setting.py",
+        "src/opcost/gpu_setting_script.py",
         "    if not _INT_RE.fullmatch(text):",
         "    if False:",
         SECURITY + "test_hostile_arguments_refused_without_calling_nvidia_smi",
@@ -370,7 +370,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         "script-gpu-arg",
         "security",
-        "src/opcost/gpu_setting.py",
+        "src/opcost/gpu_setting_script.py",
         "    if not _GPU_RE.fullmatch(text):",
         "    if False:",
         SECURITY + "test_hostile_arguments_refused_without_calling_nvidia_smi",
@@ -379,7 +379,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         "script-gpu-exists",
         "security",
-        "src/opcost/gpu_setting.py",
+        "src/opcost/gpu_setting_script.py",
         "        if not exists:\n            parser.error",
         "        if False:\n            parser.error",
         SECURITY + "test_invalid_values_refused_before_any_change",
@@ -388,7 +388,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         "script-supported-clock",
         "security",
-        "src/opcost/gpu_setting.py",
+        "src/opcost/gpu_setting_script.py",
         "            if mhz not in clocks:",
         "            if False:",
         SECURITY + "test_invalid_values_refused_before_any_change",
@@ -398,8 +398,9 @@ GUARDS: tuple[Guard, ...] = (
         "setting-no-shell",
         "security",
         "src/opcost/gpu_setting.py",
-        "        proc = subprocess.run(\n            argv,\n",
-        '        proc = subprocess.run(\n            " ".join(argv),\n            shell=True,\n',
+        "        proc = run_captured(argv, timeout_s=COMMAND_TIMEOUT_S)\n",
+        '        proc = subprocess.run(" ".join(argv), shell=True, capture_output=True, '
+        "text=True)\n",
         SECURITY + "test_setting_command_runs_without_a_shell",
         "_call: run the setting command through a shell",
     ),
@@ -426,10 +427,10 @@ GUARDS: tuple[Guard, ...] = (
         "nvsmi-no-shell",
         "security",
         "src/opcost/nvsmi.py",
-        "            [exe, *args],\n",
-        '            " ".join([exe, *args]),\n            shell=True,\n',
+        "    return subprocess.run(\n        argv,\n",
+        '    return subprocess.run(\n        " ".join(argv),\n        shell=True,\n',
         SECURITY + "test_nvidia_smi_runs_without_a_shell",
-        "run_nvidia_smi: run nvidia-smi through a shell",
+        "run_captured: run nvidia-smi through a shell",
     ),
     Guard(
         "nvsmi-check-gpu",
@@ -462,7 +463,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         "script-trusted-smi",
         "security",
-        "src/opcost/gpu_setting.py",
+        "src/opcost/gpu_setting_script.py",
         "        smi = trusted_nvidia_smi()\n",
         "        smi = nvidia_smi_path()\n",
         SECURITY + "test_under_sudo_nvidia_smi_on_path_is_not_run",
@@ -471,7 +472,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         "script-elevated-presence",
         "security",
-        "src/opcost/gpu_setting.py",
+        "src/opcost/gpu_setting_script.py",
         "    return any(name in env for name in ELEVATION_VARIABLES)",
         "    return any(env.get(name) for name in ELEVATION_VARIABLES)",
         SECURITY + "test_runs_elevated_sees_sudo",
@@ -480,7 +481,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         "script-smi-mode",
         "security",
-        "src/opcost/gpu_setting.py",
+        "src/opcost/gpu_setting_script.py",
         "        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not sticky_dir:",
         "        if False:",
         SECURITY + "test_under_sudo_a_changeable_nvidia_smi_is_refused",
@@ -489,7 +490,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         "script-smi-owner",
         "security",
-        "src/opcost/gpu_setting.py",
+        "src/opcost/gpu_setting_script.py",
         "        if info.st_uid not in trusted_owners:",
         "        if False:",
         SECURITY + "test_under_sudo_a_changeable_nvidia_smi_is_refused",
@@ -498,7 +499,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         "script-smi-link-dir",
         "security",
-        "src/opcost/gpu_setting.py",
+        "src/opcost/gpu_setting_script.py",
         "    _check_owned_by_root(os.path.realpath(directory))\n",
         "",
         SECURITY + "test_under_sudo_a_changeable_nvidia_smi_is_refused",
@@ -507,7 +508,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         "script-job-gpu",
         "security",
-        "src/opcost/gpu_setting.py",
+        "src/opcost/gpu_setting_script.py",
         "            if refusal is not None:\n                parser.error(refusal)",
         "            if False:\n                parser.error(refusal)",
         "tests/test_gpu_setting.py::test_job_check_refuses_a_gpu_outside_the_job",
@@ -516,7 +517,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         "script-job-gpu-held",
         "security",
-        "src/opcost/gpu_setting.py",
+        "src/opcost/gpu_setting_script.py",
         "    if index not in held:",
         "    if False:",
         "tests/test_gpu_setting.py::test_job_check_refuses_a_gpu_outside_the_job",

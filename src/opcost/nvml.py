@@ -14,7 +14,7 @@ module at import, so an autospec'd module can raise real ``pynvml.NVMLError`` in
 from __future__ import annotations
 
 import re
-from types import ModuleType, TracebackType
+from types import ModuleType
 from typing import Any
 
 from opcost.errors import OpcostError
@@ -143,12 +143,7 @@ class EnergyCounter:
     def __enter__(self) -> EnergyCounter:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
 

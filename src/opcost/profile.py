@@ -5,7 +5,7 @@ A job (thesis 3.2-3.3):
 1. applies the GPU setting (locked SM clock or power limit) through the privileged
    script, and always restores the card afterwards (:mod:`opcost.gpu_setting`);
 2. starts ``nvidia-smi`` logging power of *this job's* GPU, identified by UUID, before
-   the warm-up (:mod:`opcost.nvsmi`);
+   the warm-up (:mod:`opcost.nvsmi_logger`);
 3. measures with the harness (:mod:`opcost.harness`), reading NVML's energy counter at the
    start and end of the timed region (:mod:`opcost.nvml`);
 4. stops the log and writes the CSV (untouched nvidia-smi output) and the benchmark JSON
@@ -199,7 +199,8 @@ def _gpu_power_log(
     job_log_path: Path | None,
 ) -> Iterator[Any]:
     """:func:`power_log` on a GPU: logging into ``tmp_csv``, yields the counter's reader."""
-    from opcost import gpu_setting, nvml, nvsmi
+    from opcost import gpu_setting, nvml
+    from opcost.nvsmi_logger import PowerLogger
 
     uuid = nvml.cuda_device_uuid(torch.cuda.current_device())
     info, fields = _gpu_facts(uuid)
@@ -214,7 +215,7 @@ def _gpu_power_log(
     )
     command = tuple(_profile_option(profile_config, "setting_command"))
     job_log = (
-        nvsmi.PowerLogger(job_log_path, uuid, fields, record["power_interval_ms"], start_grace_s=0)
+        PowerLogger(job_log_path, uuid, fields, record["power_interval_ms"], start_grace_s=0)
         if job_log_path is not None
         else contextlib.nullcontext()
     )
@@ -224,7 +225,7 @@ def _gpu_power_log(
         gpu_setting.applied_setting(setting, uuid, command),
         # No start-up grace: the warm-up covers nvidia-smi's start, and a logger that
         # died is still caught when it is stopped (0.25 s per job saved).
-        nvsmi.PowerLogger(tmp_csv, uuid, fields, record["power_interval_ms"], start_grace_s=0),
+        PowerLogger(tmp_csv, uuid, fields, record["power_interval_ms"], start_grace_s=0),
     ):
         yield counter.read_mj
 
