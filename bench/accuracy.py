@@ -7,17 +7,17 @@ For each committed study (tests/data/<name>: dataset, op tables) it prints:
 - dataset validation: per mode, how many model-input sets' summed operations are within
   5 % of the measured network in time and in energy, and the median |difference|; the
   same for GPU-busy time (time x nvidia-smi's utilisation: the GPU's share of the time,
-  ``gpu_busy_rel_diff`` of ``opcost.validate.dataset_validation``), within 10 %; and the
-  overlap estimate of the network's time (``time_overlap_rel_diff``), within 5 %;
+  ``gpu_busy_rel_diff`` of ``opcost.validate.dataset.dataset_validation``), within 10 %;
+  and the overlap estimate of the network's time (``time_overlap_rel_diff``), within 5 %;
 - leave-one-network-out (LONO) mean absolute percentage error of whole-network time and
   energy per mode, from training the study's predictor afresh (``opcost.train``, the
   defaults of ``config/config.yaml`` unless the study has its own config; ``--time-target``
   overrides its ``train.time_target``), which takes a minute or two per study on 2 cores;
 - choice: for studies measured on several GPU configurations, per network and mode, whether
   the LONO predictions name the configuration the measurements show fastest, and the one
-  using least energy (``opcost.validate.configuration_choice``), and the share of cases
-  where they agree, over all cases and over those where the measured best wins by more
-  than 10 %;
+  using least energy (``opcost.validate.predictions.configuration_choice``), and the share
+  of cases where they agree, over all cases and over those where the measured best wins
+  by more than 10 %;
 - how far two measurements of the same op lie apart: the ops TF32 does not touch,
   measured in both the TF32-on and the TF32-off run of a GPU (TF32_PAIRS);
 - the measured effect of TF32 on whole networks.
@@ -36,12 +36,8 @@ import pandas as pd
 import yaml
 
 from opcost.train import TIME_TARGETS, TrainConfig, TrainOutputs, train_gpu
-from opcost.validate import (
-    configuration_choice,
-    dataset_validation,
-    prediction_networks,
-    read_network_ops,
-)
+from opcost.validate.dataset import dataset_validation, read_network_ops
+from opcost.validate.predictions import configuration_choice, prediction_networks
 
 REPO = Path(__file__).resolve().parents[1]
 HOPPER = "tests/data/hopper"

@@ -30,12 +30,8 @@ from opcost.figures import FigureError, FigureStyle, render, save_figure, unit_s
 from opcost.names import parse_setting
 from opcost.powerlog import read_power_log
 from opcost.sweep_record import SweepConfig, gpu_config, read_power_trace
-from opcost.validate import (
-    dataset_validation,
-    prediction_networks,
-    prediction_ops,
-    read_network_ops,
-)
+from opcost.validate.dataset import dataset_validation, read_network_ops
+from opcost.validate.predictions import prediction_networks, prediction_ops
 
 REPO = Path(__file__).resolve().parents[1]
 H100 = REPO / "tests" / "data" / "h100"

@@ -51,7 +51,8 @@ def torch_imported(done: subprocess.CompletedProcess[str]) -> bool:
     "module",
     [
         "opcost.evaluate",
-        "opcost.validate",
+        "opcost.validate.dataset",
+        "opcost.validate.predictions",
         "opcost.train",
         "opcost.predict",
         "opcost.config",

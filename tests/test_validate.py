@@ -13,18 +13,20 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from opcost.validate import (
-    ValidationError,
-    configuration_choice,
+from opcost.model.accuracy import error_summary
+from opcost.validate import ValidationError
+from opcost.validate.dataset import (
     dataset_validation,
-    error_summary,
+    read_network_ops,
+    size_classes,
+    validation_summary,
+)
+from opcost.validate.predictions import (
+    configuration_choice,
     prediction_metrics,
     prediction_networks,
     prediction_ops,
-    read_network_ops,
     short_op_type,
-    size_classes,
-    validation_summary,
     with_errors,
 )
 

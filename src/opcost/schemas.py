@@ -48,10 +48,11 @@ class Table:
 
     def dtypes(self) -> dict[str, Any]:
         """Column -> pandas dtype, for ``DataFrame.astype``."""
-        return {c.name: _pandas_dtype(c.dtype) for c in self.columns}
+        return {c.name: pandas_dtype(c.dtype) for c in self.columns}
 
 
-def _pandas_dtype(name: str) -> Any:
+def pandas_dtype(name: str) -> Any:
+    """The pandas dtype of a :data:`DTYPES` name."""
     if name != "str":
         return name
     import pandas as pd
@@ -241,7 +242,56 @@ UNIQUE_OPS = Table(
     ),
 )
 
-TABLES = (DATASET, FAILED, OPS, UNIQUE_OPS)
+
+def _compared(quantity: str, unit: str, unit_name: str) -> tuple[Column, ...]:
+    """The dataset validation's columns comparing the sum S of ``quantity`` with M."""
+    q, u = quantity, unit_name
+    return (
+        _col(f"{q}_sum_{u}", "float64", unit, f"S: Σ count · `{q}_{u}` of the measured ops"),
+        _col(f"sigma_{q}_sum_{u}", "float64", unit, "σ_S: sqrt(Σ (count · sigma)²)"),
+        _col(f"{q}_measured_{u}", "float64", unit, f"M: the network's `{q}_{u}`"),
+        _col(f"sigma_{q}_measured_{u}", "float64", unit, f"σ_M: its `sigma_{q}_{u}`"),
+        _col(f"{q}_ratio", "float64", "", "S / M"),
+        _col(f"{q}_rel_diff", "float64", "", "S / M − 1"),
+        _col(f"{q}_z", "float64", "", "(S − M) / sqrt(σ_S² + σ_M²)"),
+        _col(f"{q}_share_of_all", "float64", "", "S / S of all ops: 1 for `all`"),
+    )
+
+
+VALIDATION = Table(
+    "validation",
+    "results/validation/dataset_validation.parquet",
+    (
+        *DATASET.columns[:3],
+        _col("model_input", "str", "", "the model-input set"),
+        _col("ops_included", "str", "", "`all` or `module`: the ops summed"),
+        _col("size_class", "str", "", "`small` or `large` (by measured network time)"),
+        _col("n_ops", "int64", "", "distinct ops included"),
+        _col("n_op_calls", "int64", "", "sum of their counts (ops run per forward pass)"),
+        _col("n_ops_missing", "int64", "", "included ops without a measurement"),
+        _col("n_ops_low_power_samples", "int64", "", "measured ops with `low_power_samples`"),
+        _col("complete", "bool", "", "`n_ops_missing == 0`"),
+        _col("network_measured", "bool", "", "the whole network has a measurement"),
+        *_compared("time", "s", "s"),
+        *_compared("energy", "J", "j"),
+        _col("power_sum_w", "float64", "W", "`energy_sum_j` / `time_sum_s`"),
+        _col("gpu_busy_sum_s", "float64", "s", "Σ count · `time_s` · utilization / 100"),
+        _col("gpu_busy_measured_s", "float64", "s", "the network's `time_s` · utilization / 100"),
+        _col("gpu_busy_rel_diff", "float64", "", "`gpu_busy_sum_s` / `gpu_busy_measured_s` − 1"),
+        _col("time_overlap_sum_s", "float64", "s", "the overlap estimate (docs/validation.md)"),
+        _col("time_overlap_rel_diff", "float64", "", "`time_overlap_sum_s` / M − 1"),
+        _col("power_measured_w", "float64", "W", "the network's `power_w`"),
+        _col("sigma_power_measured_w", "float64", "W", "the network's `sigma_power_w`"),
+        _col("sm_clock_mhz", "float64", "MHz", "measured during the network measurement"),
+        _col("power_limit_w", "float64", "W", "measured during the network measurement"),
+        _col("requested_sm_clock_mhz", "float64", "MHz", "locked SM clock, null unless `sm{MHz}`"),
+        _col("requested_power_limit_w", "float64", "W", "set power limit, null unless `pl{W}`"),
+        _col("gpu_name", "str", "", "e.g. `NVIDIA H100 80GB HBM3`"),
+        _col("measured_at_unix_s", "float64", "s", "start of the network's timed region (UTC)"),
+    ),
+)
+
+TABLES = (DATASET, FAILED, OPS, UNIQUE_OPS, VALIDATION)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ method on it and writes the predictor (:mod:`opcost.model.format`) with its scor
 * :func:`holdout_predictions`: a random part of the ops left out and predicted, with a
   per-type median baseline; :func:`network_predictions`: each network left out (every
   op it holds) and predicted as the sum of its ops.
-* ``metrics.json``: MAPE (:func:`opcost.model.accuracy.mape_pct`) of both, per mode.
+* ``metrics.json``: MAPE of both, per mode (:func:`opcost.model.accuracy.build_metrics`).
 
 The config's ``train`` section (its defaults in the config schema) becomes a
 :class:`TrainConfig`. docs/prediction.md describes the method and the current results,
@@ -36,7 +36,7 @@ from opcost import __version__
 from opcost.config import load_schema
 from opcost.errors import OpcostError
 from opcost.io import TableError, read_parquet, write_json_atomic, write_parquet_atomic
-from opcost.model.accuracy import baseline_predictions, network_scores, op_scores, usable_power
+from opcost.model.accuracy import baseline_predictions, build_metrics, json_safe, usable_power
 from opcost.model.features import CONDITIONS, build_schema, encode_features
 from opcost.model.format import (
     HOLDOUT_COLUMNS,
@@ -354,57 +354,6 @@ def _summed(ops: pd.DataFrame, column: str) -> float:
     return float(values.sum()) if values.notna().all() else np.nan
 
 
-def build_metrics(
-    gpu: str,
-    rows: pd.DataFrame,
-    cfg: TrainConfig,
-    holdout: pd.DataFrame,
-    lono_networks: pd.DataFrame,
-    lono_ops: pd.DataFrame,
-) -> dict[str, Any]:
-    """The content of ``metrics.json``."""
-    return {
-        "gpu": gpu,
-        "created_unix_s": time.time(),
-        "opcost_version": __version__,
-        "n_rows": len(rows),
-        "n_ops": int(rows["op_id"].nunique()),
-        "settings": sorted(set(rows["setting"])),
-        "modes": sorted(set(rows["mode"])),
-        "regressor": cfg.regressor,
-        "train_config": asdict(cfg),
-        "time_target": "log(time_s)",
-        "mape": "mean(|predicted - measured| / measured) * 100, percent; power and energy "
-        "only over rows with usable power (finite, not low_power_samples)",
-        "holdout": {
-            "n_ops_held_out": int(holdout["op_id"].nunique()),
-            "op": op_scores(holdout),
-            "baseline_op": op_scores(holdout, baseline=True),
-        },
-        "lono": {
-            "networks": sorted(set(lono_networks["model_input"])),
-            "op": op_scores(lono_ops) if len(lono_ops) else {},
-            "baseline_op": op_scores(lono_ops, baseline=True) if len(lono_ops) else {},
-            "network": network_scores(lono_networks, "time_s", "energy_j"),
-            "network_vs_summed_ops": network_scores(
-                lono_networks, "time_sum_ops_s", "energy_sum_ops_j"
-            ),
-        },
-    }
-
-
-def _json_safe(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {k: _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_json_safe(v) for v in obj]
-    if isinstance(obj, float) and not np.isfinite(obj):
-        return None
-    if isinstance(obj, np.generic):
-        return _json_safe(obj.item())
-    return obj
-
-
 def load_op_tables(paths: Sequence[str | Path]) -> dict[str, pd.DataFrame]:
     """Op tables (``results/ops/{model_input}.parquet``) by model-input set."""
     tables = {}
@@ -473,7 +422,7 @@ def train_gpu(
     lono_networks, lono_ops = network_predictions(
         rows, networks, tables, cfg, gpu, n_jobs, progress=lambda n: log(f"leave out {n}")
     )
-    metrics = _json_safe(build_metrics(gpu, rows, cfg, holdout, lono_networks, lono_ops))
+    metrics = json_safe(build_metrics(gpu, rows, cfg, holdout, lono_networks, lono_ops))
     predictor = fit_predictor(rows, cfg, gpu, n_jobs)
     predictor.meta["dataset"] = str(dataset_path)
     write_parquet_atomic(holdout, outputs.holdout)
@@ -490,6 +439,7 @@ __all__ = [
     "TrainError",
     "TrainOutputs",
     "baseline_predictions",
+    "build_metrics",
     "crossval_predictions",
     "fit_predictor",
     "holdout_predictions",

@@ -3,7 +3,7 @@
 import pandas as pd
 
 from opcost.io import read_parquet, write_csv_atomic, write_parquet_atomic
-from opcost.validate import dataset_validation, read_network_ops, validation_summary
+from opcost.validate.dataset import dataset_validation, read_network_ops, validation_summary
 from opcost.workflow import require_raw_logs
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)

@@ -1,7 +1,7 @@
 """Prediction errors at the operation and network level (rule validate_predictions)."""
 
 from opcost.io import read_parquet, write_csv_atomic, write_parquet_atomic
-from opcost.validate import prediction_metrics, prediction_networks, prediction_ops
+from opcost.validate.predictions import prediction_metrics, prediction_networks, prediction_ops
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 ops = prediction_ops(read_parquet(p) for p in sm.input.holdout)

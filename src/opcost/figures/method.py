@@ -155,20 +155,12 @@ def power_trace_figure(trace: sweep_record.PowerTrace, style: FigureStyle | None
         fig = Figure(figsize=(10.0, 3.8), layout="constrained")
         ax = fig.subplots()
         for run in part[part["phase"] == "run"].itertuples(index=False):
-            ax.axvspan(
-                run.start_unix_s - t0,
-                run.timed_start_unix_s - t0,
-                color="C1",
-                alpha=0.15,
-                linewidth=0,
-            )
-            ax.axvspan(
-                run.timed_start_unix_s - t0,
-                run.timed_end_unix_s - t0,
-                color="C1",
-                alpha=0.35,
-                linewidth=0,
-            )
+            # Warm-up light, the timed region darker.
+            for start, end, alpha in (
+                (run.start_unix_s, run.timed_start_unix_s, 0.15),
+                (run.timed_start_unix_s, run.timed_end_unix_s, 0.35),
+            ):
+                ax.axvspan(start - t0, end - t0, color="C1", alpha=alpha, linewidth=0)
         ax.plot(s["unix_s"] - t0, s["power_w"], color="C0", linewidth=1, marker=".", markersize=2)
         ax.set_xlabel("time since start [s]")
         ax.set_ylabel(f"power ({trace.power_field}) [W]")

@@ -1,14 +1,15 @@
 """Prediction-accuracy figures (thesis 5.2): predicted against measured.
 
 The operation-level figures take the held-out operations
-(:func:`opcost.validate.prediction_ops`), :func:`prediction_networks_figure` the
-leave-one-network-out networks (:func:`opcost.validate.prediction_networks`); each also
-takes a :class:`~opcost.figures.style.FigureStyle`.
+(:func:`opcost.validate.predictions.prediction_ops`), :func:`prediction_networks_figure`
+the leave-one-network-out networks
+(:func:`opcost.validate.predictions.prediction_networks`); each also takes a
+:class:`~opcost.figures.style.FigureStyle`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import matplotlib as mpl
@@ -136,6 +137,24 @@ def _scatter_panel(ax: Any, rows: pd.DataFrame, quantity: str, colors: Mapping[s
     ax.set_ylabel(f"predicted {label} [{unit}]")
 
 
+def _op_panels(
+    fig: Figure, ops: pd.DataFrame, gpus: list[str], suffix: str
+) -> Iterator[tuple[Any, int, str, str, pd.DataFrame, str]]:
+    """The panels of an operation-level figure: a row per GPU configuration, a column per
+    quantity. Yields ``(axes, column index, gpu, quantity, the GPU's rows, the column
+    {quantity}_{suffix})`` for each panel with values; notes why the others are empty."""
+    axes = fig.subplots(len(gpus), 3, squeeze=False)
+    for r, gpu in enumerate(gpus):
+        rows = ops[ops["gpu"] == gpu]
+        for c, quantity in enumerate(("time", "power", "energy")):
+            ax = axes[r][c]
+            column = f"{quantity}_{suffix}"
+            if column not in rows or not has_values(rows[column]):
+                note(ax, NO_POWER if quantity != "time" else "no predictions")
+                continue
+            yield ax, c, gpu, quantity, rows, column
+
+
 def prediction_errors_figure(ops: pd.DataFrame, style: FigureStyle | None = None) -> Figure:
     """Distribution of the relative error (predicted / measured - 1) of held-out operations.
 
@@ -151,47 +170,39 @@ def prediction_errors_figure(ops: pd.DataFrame, style: FigureStyle | None = None
     mode_colors = {"inference": "C0", "training": "C1"}
     with mpl.rc_context(style.rc()):
         fig = Figure(figsize=(11.0, 1.2 + 2.8 * len(gpus)), layout="constrained")
-        axes = fig.subplots(len(gpus), 3, squeeze=False)
-        for r, gpu in enumerate(gpus):
-            rows = ops[ops["gpu"] == gpu]
-            for c, quantity in enumerate(("time", "power", "energy")):
-                ax = axes[r][c]
-                column = f"{quantity}_rel_err"
-                if column not in rows or not has_values(rows[column]):
-                    note(ax, NO_POWER if quantity != "time" else "no predictions")
+        for ax, _, gpu, quantity, rows, column in _op_panels(fig, ops, gpus, "rel_err"):
+            err_all = np.clip(rows[column].dropna().to_numpy() * 100, -100, 200)
+            lo, hi = min(err_all.min(), 0.0), max(err_all.max(), 0.0)
+            bins = np.linspace(lo, hi + 1e-9, 31)
+            medians = []
+            for mode in MODES:
+                err = rows.loc[rows["mode"] == mode, column].dropna().to_numpy() * 100
+                if not err.size:
                     continue
-                err_all = np.clip(rows[column].dropna().to_numpy() * 100, -100, 200)
-                lo, hi = min(err_all.min(), 0.0), max(err_all.max(), 0.0)
-                bins = np.linspace(lo, hi + 1e-9, 31)
-                medians = []
-                for mode in MODES:
-                    err = rows.loc[rows["mode"] == mode, column].dropna().to_numpy() * 100
-                    if not err.size:
-                        continue
-                    ax.hist(
-                        np.clip(err, -100, 200),
-                        bins=bins,
-                        histtype="step",
-                        linewidth=1.5,
-                        linestyle=MODE_STYLE[mode],
-                        color=mode_colors[mode],
-                    )
-                    medians.append(f"{mode}: {np.median(np.abs(err)):.1f}% (n = {err.size})")
-                ax.axvline(0, color="black", linewidth=0.8)
-                ax.text(
-                    0.98,
-                    0.97,
-                    "median |error|\n" + "\n".join(medians),
-                    transform=ax.transAxes,
-                    ha="right",
-                    va="top",
-                    fontsize="x-small",
+                ax.hist(
+                    np.clip(err, -100, 200),
+                    bins=bins,
+                    histtype="step",
+                    linewidth=1.5,
+                    linestyle=MODE_STYLE[mode],
+                    color=mode_colors[mode],
                 )
-                ax.yaxis.set_major_locator(mpl.ticker.MaxNLocator(integer=True))
-                ax.margins(y=0.35)
-                ax.set_xlabel(f"relative error of {quantity} [%]")
-                ax.set_ylabel("operations")
-                ax.set_title(f"{gpu}: {quantity}")
+                medians.append(f"{mode}: {np.median(np.abs(err)):.1f}% (n = {err.size})")
+            ax.axvline(0, color="black", linewidth=0.8)
+            ax.text(
+                0.98,
+                0.97,
+                "median |error|\n" + "\n".join(medians),
+                transform=ax.transAxes,
+                ha="right",
+                va="top",
+                fontsize="x-small",
+            )
+            ax.yaxis.set_major_locator(mpl.ticker.MaxNLocator(integer=True))
+            ax.margins(y=0.35)
+            ax.set_xlabel(f"relative error of {quantity} [%]")
+            ax.set_ylabel("operations")
+            ax.set_title(f"{gpu}: {quantity}")
         handles = [
             Line2D([], [], color=mode_colors[m], linestyle=MODE_STYLE[m], label=m) for m in MODES
         ]
@@ -219,56 +230,48 @@ def prediction_op_types_figure(ops: pd.DataFrame, style: FigureStyle | None = No
         fig = Figure(
             figsize=(11.0, 1.0 + (0.8 + 0.32 * len(names)) * len(gpus)), layout="constrained"
         )
-        axes = fig.subplots(len(gpus), 3, squeeze=False)
-        for r, gpu in enumerate(gpus):
-            rows = ops[ops["gpu"] == gpu]
-            for c, quantity in enumerate(("time", "power", "energy")):
-                ax = axes[r][c]
-                column = f"{quantity}_ape_pct"
-                if column not in rows or not has_values(rows[column]):
-                    note(ax, NO_POWER if quantity != "time" else "no predictions")
-                    continue
-                for k, mode in enumerate(MODES):
-                    data, positions = [], []
-                    for i, name in enumerate(names):
-                        ape = rows.loc[
-                            (rows["mode"] == mode) & (rows["op_name"] == name), column
-                        ].dropna()
-                        ape = ape[ape > 0]
-                        if len(ape):
-                            data.append(ape.to_numpy())
-                            positions.append(i + (k - 0.5) * 0.35)
-                    if data:
-                        ax.boxplot(
-                            data,
-                            positions=positions,
-                            widths=0.3,
-                            orientation="horizontal",
-                            patch_artist=True,
-                            boxprops={"facecolor": mode_colors[mode], "alpha": 0.6},
-                            medianprops={"color": "black"},
-                            showfliers=False,
-                            manage_ticks=False,
+        for ax, c, gpu, quantity, rows, column in _op_panels(fig, ops, gpus, "ape_pct"):
+            for k, mode in enumerate(MODES):
+                data, positions = [], []
+                for i, name in enumerate(names):
+                    ape = rows.loc[
+                        (rows["mode"] == mode) & (rows["op_name"] == name), column
+                    ].dropna()
+                    ape = ape[ape > 0]
+                    if len(ape):
+                        data.append(ape.to_numpy())
+                        positions.append(i + (k - 0.5) * 0.35)
+                if data:
+                    ax.boxplot(
+                        data,
+                        positions=positions,
+                        widths=0.3,
+                        orientation="horizontal",
+                        patch_artist=True,
+                        boxprops={"facecolor": mode_colors[mode], "alpha": 0.6},
+                        medianprops={"color": "black"},
+                        showfliers=False,
+                        manage_ticks=False,
+                    )
+                    # Every operation as a dot too: a type may have one or two.
+                    for values, y in zip(data, positions, strict=True):
+                        ax.scatter(
+                            values,
+                            np.full(len(values), y),
+                            s=10,
+                            color=mode_colors[mode],
+                            edgecolors="black",
+                            linewidths=0.4,
+                            zorder=3,
                         )
-                        # Every operation as a dot too: a type may have one or two.
-                        for values, y in zip(data, positions, strict=True):
-                            ax.scatter(
-                                values,
-                                np.full(len(values), y),
-                                s=10,
-                                color=mode_colors[mode],
-                                edgecolors="black",
-                                linewidths=0.4,
-                                zorder=3,
-                            )
-                ax.set_xscale("log")
-                plain_log_ticks(ax.xaxis)
-                counts = rows.groupby("op_name")["op_id"].nunique()
-                labels = [f"{n} ({counts.get(n, 0)})" for n in names]
-                ax.set_yticks(range(len(names)), labels if c == 0 else [""] * len(names))
-                ax.set_ylim(-0.7, len(names) - 0.3)
-                ax.set_xlabel(f"absolute error of {quantity} [%]")
-                ax.set_title(f"{gpu}: {quantity}")
+            ax.set_xscale("log")
+            plain_log_ticks(ax.xaxis)
+            counts = rows.groupby("op_name")["op_id"].nunique()
+            labels = [f"{n} ({counts.get(n, 0)})" for n in names]
+            ax.set_yticks(range(len(names)), labels if c == 0 else [""] * len(names))
+            ax.set_ylim(-0.7, len(names) - 0.3)
+            ax.set_xlabel(f"absolute error of {quantity} [%]")
+            ax.set_title(f"{gpu}: {quantity}")
         handles = [Patch(color=mode_colors[m], alpha=0.6, label=m) for m in MODES]
         fig.legend(handles=handles, loc="outside lower center", ncols=2, frameon=False)
         fig.suptitle(title)

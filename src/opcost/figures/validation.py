@@ -1,7 +1,8 @@
 """Dataset validation figures (thesis 5.1): summed operations against measured networks.
 
-Each takes the dataset-validation table (:func:`opcost.validate.dataset_validation`) and
-a :class:`~opcost.figures.style.FigureStyle`. Where a GPU configuration has several GPU
+Each takes the dataset-validation table
+(:func:`opcost.validate.dataset.dataset_validation`) and a
+:class:`~opcost.figures.style.FigureStyle`. Where a GPU configuration has several GPU
 settings, :func:`validation_figure` and :func:`network_energy_figure` show its reference
 setting (:func:`~opcost.figures.style.reference_settings`); :func:`settings_figure`
 shows them all.
@@ -53,7 +54,7 @@ def validation_figure(
     One row of panels per GPU configuration and mode (at its reference setting), time on
     the left, energy on the right. Per model-input set of the size class: the measured
     network (error bar: its σ), the sum over all operations and the sum over module
-    operations only (error bars: σ_S propagated as in :mod:`opcost.validate`). The label
+    operations only (error bars: σ_S propagated as in :mod:`opcost.validate.dataset`). The label
     over each sum is its relative difference to the measurement.
     """
     style = style or FigureStyle()

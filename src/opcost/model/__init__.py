@@ -4,7 +4,8 @@ Modules, lowest first (each imports only those before it; none imports torch or
 scikit-learn at import time):
 
 * :mod:`opcost.model.features`: one fixed-length numeric vector per op measurement.
-* :mod:`opcost.model.accuracy`: relative error, APE, MAPE and their summaries.
+* :mod:`opcost.model.accuracy`: relative error, APE, MAPE, their summaries and
+  ``metrics.json``.
 * :mod:`opcost.model.trees`: a fitted tree ensemble as flat arrays, and its prediction.
 * :mod:`opcost.model.predictor`: :class:`~opcost.model.predictor.Predictor`, the time
   and power models of one GPU configuration.

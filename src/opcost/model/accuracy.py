@@ -13,10 +13,14 @@ power (:func:`usable_power`)::
 from __future__ import annotations
 
 import math
+import time
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from opcost import __version__
 
 
 def _pairs(predicted: Any, measured: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -147,3 +151,57 @@ def network_scores(table: pd.DataFrame, time_col: str, energy_col: str) -> dict[
     out = {mode: score(g) for mode, g in table.groupby("mode", sort=True)}
     out["all"] = score(table)
     return out
+
+
+def build_metrics(
+    gpu: str,
+    rows: pd.DataFrame,
+    cfg: Any,
+    holdout: pd.DataFrame,
+    lono_networks: pd.DataFrame,
+    lono_ops: pd.DataFrame,
+) -> dict[str, Any]:
+    """The content of ``metrics.json``: the scores of :func:`op_scores` and
+    :func:`network_scores` on the hold-out and the leave-one-network-out predictions
+    (``cfg``: the :class:`opcost.train.TrainConfig` trained with)."""
+    return {
+        "gpu": gpu,
+        "created_unix_s": time.time(),
+        "opcost_version": __version__,
+        "n_rows": len(rows),
+        "n_ops": int(rows["op_id"].nunique()),
+        "settings": sorted(set(rows["setting"])),
+        "modes": sorted(set(rows["mode"])),
+        "regressor": cfg.regressor,
+        "train_config": asdict(cfg),
+        "time_target": "log(time_s)",
+        "mape": "mean(|predicted - measured| / measured) * 100, percent; power and energy "
+        "only over rows with usable power (finite, not low_power_samples)",
+        "holdout": {
+            "n_ops_held_out": int(holdout["op_id"].nunique()),
+            "op": op_scores(holdout),
+            "baseline_op": op_scores(holdout, baseline=True),
+        },
+        "lono": {
+            "networks": sorted(set(lono_networks["model_input"])),
+            "op": op_scores(lono_ops) if len(lono_ops) else {},
+            "baseline_op": op_scores(lono_ops, baseline=True) if len(lono_ops) else {},
+            "network": network_scores(lono_networks, "time_s", "energy_j"),
+            "network_vs_summed_ops": network_scores(
+                lono_networks, "time_sum_ops_s", "energy_sum_ops_j"
+            ),
+        },
+    }
+
+
+def json_safe(obj: Any) -> Any:
+    """``obj`` with NaN and infinities as None and NumPy scalars as Python ones."""
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, float) and not np.isfinite(obj):
+        return None
+    if isinstance(obj, np.generic):
+        return json_safe(obj.item())
+    return obj
