@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from opcost import schemas
+from opcost import schemas, schemas_doc
 from opcost.model.features import CONDITIONS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -20,10 +20,10 @@ DATA = REPO / "tests" / "data"
 def test_formats_md_matches_the_schemas():
     text = FORMATS_MD.read_text()
     # Every table and the record have their block, once.
-    assert sorted(schemas.doc_block_names(text)) == sorted(schemas.doc_blocks())
-    assert schemas.render_doc(text) == text, (
+    assert sorted(schemas_doc.doc_block_names(text)) == sorted(schemas_doc.doc_blocks())
+    assert schemas_doc.render_doc(text) == text, (
         "docs/formats.md and src/opcost/schemas.py disagree: "
-        "run `python -m opcost.schemas docs/formats.md`"
+        "run `python -m opcost.schemas_doc docs/formats.md`"
     )
 
 
@@ -33,14 +33,14 @@ def test_a_changed_column_shows_in_the_doc_check(monkeypatch):
     columns = tuple(changed if c.name == "power_w" else c for c in schemas.DATASET.columns)
     monkeypatch.setattr(schemas, "DATASET", schemas.Table("dataset", "x", columns))
     monkeypatch.setattr(schemas, "TABLES", (schemas.DATASET, *schemas.TABLES[1:]))
-    rendered = schemas.render_doc(text)
+    rendered = schemas_doc.render_doc(text)
     assert rendered != text
     assert "| `power_w` | float64 | kW | something else |" in rendered
 
 
 def test_a_block_naming_no_table_is_refused():
     with pytest.raises(ValueError, match="schema:nosuch"):
-        schemas.render_doc("<!-- schema:nosuch -->\n<!-- /schema -->\n")
+        schemas_doc.render_doc("<!-- schema:nosuch -->\n<!-- /schema -->\n")
 
 
 def test_declarations_are_consistent():

@@ -3,9 +3,10 @@
 Each :class:`Table` lists its columns (name, dtype, unit, meaning) in file order; the
 benchmark record's fields are :data:`RECORD_FIELDS` (JSON types, range, unit, meaning).
 Writers build their tables from these declarations, readers check against them, and the
-tables in ``docs/formats.md`` are generated from them: after a change here, run
+tables in ``docs/formats.md`` are generated from them (:mod:`opcost.schemas_doc`): after a
+change here, run
 
-    python -m opcost.schemas docs/formats.md
+    python -m opcost.schemas_doc docs/formats.md
 
 (``tests/test_schemas.py`` fails while the page and this module disagree). Importing this
 module imports neither torch nor numpy.
@@ -13,10 +14,7 @@ module imports neither torch nor numpy.
 
 from __future__ import annotations
 
-import re
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 #: Pandas dtype names a column may have; ``str`` is pandas' string dtype.
@@ -291,7 +289,56 @@ VALIDATION = Table(
     ),
 )
 
-TABLES = (DATASET, FAILED, OPS, UNIQUE_OPS, VALIDATION)
+HOLDOUT = Table(
+    "holdout",
+    "results/predictors/{gpu}/holdout_predictions.parquet",
+    (
+        *DATASET.columns[:3],
+        _col("op_id", "str", "", "the operation"),
+        _col("op_type", "str", "", "its type"),
+        _col("time_s", "float64", "s", "measured time per iteration"),
+        _col("time_pred_s", "float64", "s", "predicted by models trained without this op"),
+        _col("power_w", "float64", "W", "measured power (NaN for time-only data)"),
+        _col("power_pred_w", "float64", "W", "predicted power (NaN without a power model)"),
+        _col("energy_j", "float64", "J", "measured energy per iteration"),
+        _col("energy_pred_j", "float64", "J", "`time_pred_s` · `power_pred_w`"),
+        _col("low_power_samples", "bool", "", "the measured power is flagged"),
+        _col(
+            "time_baseline_s",
+            "float64",
+            "s",
+            "baseline: median time of the training ops of the same type and mode (of the "
+            "mode, for a type not in training)",
+        ),
+        _col("power_baseline_w", "float64", "W", "the same baseline for power"),
+    ),
+)
+
+NETWORK_PREDICTIONS = Table(
+    "network_predictions",
+    "results/predictors/{gpu}/network_predictions.parquet",
+    (
+        _col("gpu", "str", "", "GPU configuration"),
+        _col("model_input", "str", "", "the network left out of training"),
+        *DATASET.columns[1:3],
+        _col("time_pred_s", "float64", "s", "Σ count · predicted op time"),
+        _col("energy_pred_j", "float64", "J", "Σ count · predicted op energy"),
+        _col("power_pred_w", "float64", "W", "`energy_pred_j` / `time_pred_s`"),
+        _col("time_s", "float64", "s", "the measured whole network (NaN if not measured)"),
+        _col("energy_j", "float64", "J", "the measured whole network (NaN if not measured)"),
+        _col("power_w", "float64", "W", "the measured whole network's power"),
+        _col(
+            "time_sum_ops_s", "float64", "s", "Σ count · measured op time (NaN unless all measured)"
+        ),
+        _col("energy_sum_ops_j", "float64", "J", "Σ count · measured op energy (likewise)"),
+        _col("n_ops", "int64", "", "distinct operations of the network"),
+        _col("n_ops_measured", "int64", "", "of which measured at this setting and mode"),
+        _col("n_ops_unseen", "int64", "", "of which of a type absent from the training data"),
+        _col("n_calls", "int64", "", "Σ count"),
+    ),
+)
+
+TABLES = (DATASET, FAILED, OPS, UNIQUE_OPS, VALIDATION, HOLDOUT, NETWORK_PREDICTIONS)
 
 
 @dataclass(frozen=True)
@@ -435,83 +482,3 @@ RECORD_FIELDS: dict[str, RecordField] = {
 REQUIRED_WHEN_OK = ("iterations", "total_time_s", "timed_start_unix_s", "timed_end_unix_s")
 #: Record fields only a measurement on a CUDA GPU writes.
 GPU_ONLY_FIELDS = ("power_interval_ms", "power_limit_default_w")
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
-def table_markdown(table: Table) -> str:
-    """The Markdown table of ``table``'s columns, as in docs/formats.md."""
-    lines = ["| column | dtype | unit | meaning |", "| --- | --- | --- | --- |"]
-    for c in table.columns:
-        if c.group:
-            lines.append(f"| **{_cell(c.group)}** | | | |")
-        lines.append(f"| `{c.name}` | {c.dtype} | {c.unit} | {_cell(c.meaning)} |")
-    return "\n".join(lines)
-
-
-def _range(f: RecordField) -> str:
-    bounds = [
-        f"{op} {b:g}"
-        for op, b in ((">=", f.minimum), (">", f.above), ("<=", f.maximum))
-        if b is not None
-    ]
-    return ", ".join(bounds)
-
-
-def record_markdown() -> str:
-    """The Markdown table of :data:`RECORD_FIELDS`, as in docs/formats.md."""
-    lines = [
-        "| key | type | unit | range | checked | meaning |",
-        "| --- | --- | --- | --- | --- | --- |",
-    ]
-    for key, f in RECORD_FIELDS.items():
-        types = " or ".join(f.types) + (" or null" if f.nullable and f.checked else "")
-        checked = "yes" if f.checked else ""
-        lines.append(
-            f"| `{key}` | {types} | {f.unit} | {_range(f)} | {checked} | {_cell(f.meaning)} |"
-        )
-    return "\n".join(lines)
-
-
-def doc_blocks() -> dict[str, str]:
-    """Block name -> its generated Markdown, for each ``<!-- schema:NAME -->`` block."""
-    blocks = {t.key: table_markdown(t) for t in TABLES}
-    blocks["record"] = record_markdown()
-    return blocks
-
-
-_BLOCK_RE = re.compile(r"(<!-- schema:(\w+) -->\n)(.*?)(<!-- /schema -->)", re.DOTALL)
-
-
-def render_doc(text: str) -> str:
-    """``text`` (docs/formats.md) with every schema block regenerated.
-
-    Raises:
-        ValueError: a block names no known table.
-    """
-    blocks = doc_blocks()
-
-    def replace(m: re.Match[str]) -> str:
-        if m.group(2) not in blocks:
-            raise ValueError(f"docs block schema:{m.group(2)} names no table of opcost.schemas")
-        return m.group(1) + blocks[m.group(2)] + "\n" + m.group(4)
-
-    return _BLOCK_RE.sub(replace, text)
-
-
-def doc_block_names(text: str) -> list[str]:
-    """The names of the schema blocks in ``text``, in order."""
-    return [m.group(2) for m in _BLOCK_RE.finditer(text)]
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Regenerate the schema blocks of the given Markdown files in place."""
-    for path in map(Path, argv if argv is not None else sys.argv[1:]):
-        path.write_text(render_doc(path.read_text()))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -34,6 +34,7 @@ from opcost.model.features import CONDITIONS, FeatureSchema, check_schema
 from opcost.model.predictor import Predictor, TimeReference
 from opcost.model.trees import TreeEnsemble, _starmap_threads
 from opcost.names import MODES
+from opcost.schemas import HOLDOUT, NETWORK_PREDICTIONS
 
 FEATURES_FILE = "features.json"
 TIME_FILE = "time.npz"
@@ -53,44 +54,10 @@ FORMAT_VERSION = 1
 RETRAIN = f"retrain it (snakemake -f results/predictors/<gpu>/{MANIFEST_FILE})"
 #: Files a manifest may list, in the order they are checked.
 PREDICTOR_FILES = (FEATURES_FILE, TIME_FILE, POWER_FILE, METRICS_FILE, HOLDOUT_FILE, NETWORKS_FILE)
-#: Columns of ``holdout_predictions.parquet``: each held-out op measurement, predicted by
-#: models trained without it, and the per-type median baseline (docs/formats.md).
-HOLDOUT_COLUMNS = [
-    "gpu",
-    "setting",
-    "mode",
-    "op_id",
-    "op_type",
-    "time_s",
-    "time_pred_s",
-    "power_w",
-    "power_pred_w",
-    "energy_j",
-    "energy_pred_j",
-    "low_power_samples",
-    "time_baseline_s",
-    "power_baseline_w",
-]
-#: Columns of ``network_predictions.parquet``: each network left out of training, per
-#: setting and mode, predicted and measured (docs/formats.md).
-NETWORK_COLUMNS = [
-    "gpu",
-    "model_input",
-    "setting",
-    "mode",
-    "time_pred_s",
-    "energy_pred_j",
-    "power_pred_w",
-    "time_s",
-    "energy_j",
-    "power_w",
-    "time_sum_ops_s",
-    "energy_sum_ops_j",
-    "n_ops",
-    "n_ops_measured",
-    "n_ops_unseen",
-    "n_calls",
-]
+#: Columns of ``holdout_predictions.parquet`` and ``network_predictions.parquet``, as
+#: declared in :mod:`opcost.schemas` (docs/formats.md).
+HOLDOUT_COLUMNS = list(HOLDOUT.names)
+NETWORK_COLUMNS = list(NETWORK_PREDICTIONS.names)
 
 
 def save_predictor(
