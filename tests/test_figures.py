@@ -117,7 +117,7 @@ def test_style_defaults_live_only_in_the_schema(monkeypatch):
     # A default changed in the schema (as opcost.config loads it) changes the style's.
     schema = copy.deepcopy(load_schema())
     schema["properties"]["figures"]["properties"]["dpi"]["default"] = 72
-    monkeypatch.setattr("opcost.figures.style.load_schema", lambda: schema)
+    monkeypatch.setattr("opcost.config.load_schema", lambda: schema)
     assert figures.style_from_config({}) == FigureStyle(dpi=72, font_size=10.0)
     assert figures.style_from_config({"figures": {"font_size": 8}}).dpi == 72
 

@@ -443,8 +443,8 @@ def chain(op_list_built: Path, tmp_path_factory: pytest.TempPathFactory) -> Chai
     root = tmp_path_factory.mktemp("chain")
     workdir = root / "work"
     shutil.copytree(op_list_built, workdir, symlinks=True)
-    chain = Chain(workdir, helpers.make_test_profile(root), root / "study.yaml", GROUPS_STUDY)
-    chain.study = json.loads(json.dumps(GROUPS_STUDY))
+    study = json.loads(json.dumps(GROUPS_STUDY))  # a copy the cases change
+    chain = Chain(workdir, helpers.make_test_profile(root), root / "study.yaml", study)
     chain.write_study()
     return chain
 

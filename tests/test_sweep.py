@@ -146,7 +146,7 @@ def test_defaults_live_only_in_the_schema(monkeypatch):
     # A default changed in the schema (as opcost.config loads it) changes the sweep's.
     schema = copy.deepcopy(load_schema())
     schema["properties"]["sweep"]["properties"]["points"]["default"] = 12
-    monkeypatch.setattr("opcost.sweep_record.load_schema", lambda: schema)
+    monkeypatch.setattr("opcost.config.load_schema", lambda: schema)
     assert SweepConfig.from_config().points == 12
     assert SweepConfig.from_config({"points": 5}).points == 5
 

@@ -62,6 +62,12 @@ def load_schema(path: Path = SCHEMA_PATH) -> dict[str, Any]:
         return yaml.safe_load(f)
 
 
+def schema_defaults(section: str) -> dict[str, Any]:
+    """The config schema's defaults of one top-level section (``train``, ...), by key."""
+    properties = load_schema()["properties"][section]["properties"]
+    return {key: prop["default"] for key, prop in properties.items() if "default" in prop}
+
+
 def _with_defaults(validator_class):
     """A validator that fills in defaults, as Snakemake's ``validate(set_default=True)``.
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import pandas as pd
 
-from opcost.config import load_schema
+from opcost.config import schema_defaults
 from opcost.errors import OpcostError
 from opcost.io import write_parquet_atomic
 from opcost.method import power_columns, time_only_power_columns
@@ -42,9 +42,7 @@ KIND_DIRS = {"op": "ops", "network": "networks"}
 SCHEMA_VERSION = RECORD_SCHEMA_VERSION
 #: Default threshold for ``low_power_samples``: the config schema's
 #: ``evaluate.min_power_updates``.
-MIN_POWER_UPDATES: int = load_schema()["properties"]["evaluate"]["properties"]["min_power_updates"][
-    "default"
-]
+MIN_POWER_UPDATES: int = schema_defaults("evaluate")["min_power_updates"]
 #: Dataset columns in order, with their pandas dtype (``opcost.schemas.DATASET``).
 DATASET_COLUMNS: dict[str, Any] = DATASET.dtypes()
 #: Failure-table columns in order (``opcost.schemas.FAILED``).

@@ -66,10 +66,9 @@ def resolve_device(requested: str) -> str:
 @functools.cache
 def profile_defaults() -> dict[str, Any]:
     """The defaults of the config's ``profile`` section, from the config schema."""
-    from opcost.config import load_schema
+    from opcost.config import schema_defaults
 
-    section = load_schema()["properties"]["profile"]["properties"]
-    return {key: field["default"] for key, field in section.items() if "default" in field}
+    return schema_defaults("profile")
 
 
 def _profile_option(profile_config: dict[str, Any], key: str) -> Any:

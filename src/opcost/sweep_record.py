@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from opcost.config import ConfigError, GpuConfig, Study, load_schema
+from opcost.config import ConfigError, GpuConfig, Study, schema_defaults
 from opcost.errors import OpcostError
 from opcost.names import ModelInput, parse_setting
 from opcost.powerlog import read_power_log
@@ -36,12 +36,6 @@ OUTLIER_SIGMAS = 5.0
 
 class SweepError(OpcostError, RuntimeError):
     """A sweep cannot run or its files cannot be read; the message says what to do."""
-
-
-def schema_defaults() -> dict[str, Any]:
-    """The defaults of the config schema's ``sweep`` section, by key."""
-    properties = load_schema()["properties"]["sweep"]["properties"]
-    return {key: prop["default"] for key, prop in properties.items()}
 
 
 @dataclass(frozen=True)
@@ -75,7 +69,7 @@ class SweepConfig:
         unknown = sorted(set(section) - known)
         if unknown:
             raise ConfigError(f"sweep: unknown keys {unknown}; known: {sorted(known)}")
-        section = {**schema_defaults(), **section}
+        section = {**schema_defaults("sweep"), **section}
         section["input"] = tuple(int(d) for d in section["input"])
         cfg = cls(**section)
         if not 0 < cfg.shortest_run_s <= cfg.longest_run_s:

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from opcost import __version__
-from opcost.config import load_schema
+from opcost.config import load_schema, schema_defaults
 from opcost.errors import OpcostError
 from opcost.io import TableError, read_parquet, write_json_atomic, write_parquet_atomic
 from opcost.model.accuracy import baseline_predictions, build_metrics, json_safe, usable_power
@@ -53,7 +53,7 @@ from opcost.schemas import TRAIN_COLUMNS as DATASET_COLUMNS  # the columns train
 
 #: The config schema's ``train`` properties: TrainConfig's defaults and allowed values.
 _SCHEMA = load_schema()["properties"]["train"]["properties"]
-_DEFAULT = {name: prop["default"] for name, prop in _SCHEMA.items()}
+_DEFAULT = schema_defaults("train")
 REGRESSORS = tuple(_SCHEMA["regressor"]["enum"])
 TIME_TARGETS = tuple(_SCHEMA["time_target"]["enum"])
 

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from opcost.config import load_schema
+from opcost.config import schema_defaults
 from opcost.errors import OpcostError
 from opcost.names import parse_setting
 
@@ -42,12 +42,6 @@ class FigureError(OpcostError, ValueError):
     """A figure cannot be drawn from its inputs; the message says which and why."""
 
 
-def schema_defaults() -> dict[str, Any]:
-    """The defaults of the config schema's ``figures`` section, by key."""
-    properties = load_schema()["properties"]["figures"]["properties"]
-    return {key: prop["default"] for key, prop in properties.items()}
-
-
 @dataclass(frozen=True)
 class FigureStyle:
     """Style of every figure (config ``figures``): PNG resolution and base font size.
@@ -55,8 +49,8 @@ class FigureStyle:
     Fields left out take the config schema's defaults.
     """
 
-    dpi: int = field(default_factory=lambda: int(schema_defaults()["dpi"]))
-    font_size: float = field(default_factory=lambda: float(schema_defaults()["font_size"]))
+    dpi: int = field(default_factory=lambda: int(schema_defaults("figures")["dpi"]))
+    font_size: float = field(default_factory=lambda: float(schema_defaults("figures")["font_size"]))
 
     def rc(self) -> dict[str, Any]:
         """Matplotlib settings applied while a figure is drawn and saved."""
