@@ -32,3 +32,4 @@ rule all:
     input:
         get_final_outputs,
         get_all_raw_logs,
+        get_all_traces,

@@ -24,12 +24,14 @@ from typing import Any
 
 import pandas as pd
 
+from opcost import trace_eval
 from opcost.config import schema_defaults
 from opcost.errors import OpcostError
 from opcost.io import write_parquet_atomic
 from opcost.method import power_columns, time_only_power_columns
 from opcost.powerlog import PowerLogError, read_power_log
 from opcost.schemas import (
+    BREAKDOWN,
     DATASET,
     FAILED,
     RECORD_FIELDS,
@@ -192,12 +194,24 @@ def evaluate_files(
         if row["status"] == "failed":
             failures.append({c: row[c] for c in FAILURE_COLUMNS})
         else:
+            row.update(trace_eval.trace_columns(trace_eval.trace_path(json_path)))
             rows.append(row)
     dataset = pd.DataFrame.from_records(rows, columns=list(DATASET_COLUMNS))
     dataset = dataset.astype(DATASET_COLUMNS)
     failed = pd.DataFrame.from_records(failures, columns=list(FAILURE_COLUMNS))
     failed = failed.astype(FAILED.dtypes())
     return dataset, failed
+
+
+def breakdown_table(json_paths: Iterable[str | Path]) -> pd.DataFrame:
+    """The traced breakdowns of the networks among ``json_paths`` (schema BREAKDOWN)."""
+    rows = []
+    for json_path in map(Path, json_paths):
+        trace = trace_eval.trace_path(json_path)
+        if json_path.parent.name == KIND_DIRS["network"] and trace.exists():
+            rows += trace_eval.breakdown_rows(trace)
+    table = pd.DataFrame.from_records(rows, columns=list(BREAKDOWN.names))
+    return table.astype(BREAKDOWN.dtypes())
 
 
 def write_dataset(

@@ -201,8 +201,9 @@ class _Frame:
     module: torch.nn.Module
     args: tuple
     kwargs: dict
+    index: int
     called_child: bool = False
-    pending: list[dict[str, Any]] = field(default_factory=list)
+    pending: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
 
 
 class _Recorder(TorchFunctionMode):
@@ -212,21 +213,32 @@ class _Recorder(TorchFunctionMode):
         super().__init__()
         self.functional_ops = functional_ops
         self.stack: list[_Frame] = []
-        self.specs: list[dict[str, Any]] = []
+        #: (call index, spec): the index counts module and function calls as they start.
+        self.found: list[tuple[int, dict[str, Any]]] = []
         self.skipped: Counter[str] = Counter()
+        self.calls = 0
+
+    @property
+    def specs(self) -> list[dict[str, Any]]:
+        """The specs in call order: an op runs where its call started."""
+        return [spec for _, spec in sorted(self.found, key=lambda item: item[0])]
+
+    def _next_index(self) -> int:
+        self.calls += 1
+        return self.calls - 1
 
     # -- module hooks -----------------------------------------------------------------
     def pre_hook(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         if self.stack:
             self.stack[-1].called_child = True
-        self.stack.append(_Frame(module, args, kwargs))
+        self.stack.append(_Frame(module, args, kwargs, self._next_index()))
 
     def post_hook(self, module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
         frame = self.stack.pop()
         if frame.module is not module:  # pragma: no cover - would be a torch bug
             raise ExtractionError("module call stack out of order")
         if frame.called_child:
-            self.specs.extend(frame.pending)
+            self.found.extend(frame.pending)
             return
         cls = type(module)
         spec = specs.make_spec(
@@ -240,11 +252,12 @@ class _Recorder(TorchFunctionMode):
         if spec is None:
             self.skipped[specs.qualified_name(cls)] += 1
         else:
-            self.specs.append(spec)
+            self.found.append((frame.index, spec))
 
     # -- functional calls ---------------------------------------------------------------
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        index = self._next_index()
         result = _with_conv_memory_format(func, args, func(*args, **kwargs))
         if self.functional_ops and self.stack:
             name = resolve_name(func)
@@ -253,7 +266,7 @@ class _Recorder(TorchFunctionMode):
                 if spec is None:
                     self.skipped[name] += 1
                 else:
-                    self.stack[-1].pending.append(spec)
+                    self.stack[-1].pending.append((index, spec))
         return result
 
 
@@ -367,13 +380,16 @@ def _meta_unsupported(error: BaseException) -> bool:
 
 
 def ops_table(model_input: str, found: list[dict[str, Any]]) -> pd.DataFrame:
-    """Merge identical specs and count them (columns: :data:`opcost.schemas.OPS`)."""
+    """Merge identical specs, count them and keep where they run (``found`` in call order;
+    columns: :data:`opcost.schemas.OPS`)."""
     rows: dict[str, dict[str, Any]] = {}
     counts: Counter[str] = Counter()
-    for spec in found:
+    positions: dict[str, list[str]] = {}
+    for position, spec in enumerate(found):
         text = specs.canonical_json(spec)
         oid = specs.op_id(spec)
         counts[oid] += 1
+        positions.setdefault(oid, []).append(str(position))
         rows.setdefault(
             oid,
             {
@@ -384,8 +400,11 @@ def ops_table(model_input: str, found: list[dict[str, Any]]) -> pd.DataFrame:
                 "spec": text,
             },
         )
-    table = pd.DataFrame(list(rows.values()), columns=[c for c in OPS.names if c != "count"])
+    table = pd.DataFrame(
+        list(rows.values()), columns=[c for c in OPS.names if c not in ("count", "positions")]
+    )
     table["count"] = table["op_id"].map(counts).astype("int64")
+    table["positions"] = table["op_id"].map(lambda oid: ",".join(positions[oid])).astype(str)
     return table[list(OPS.names)]
 
 

@@ -108,6 +108,10 @@ class Workload:
     context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
     keep: list[Any] = field(default_factory=list)  # objects that must outlive the loop
     calls_per_step: int = 1  # op calls per step(): a training chain's length
+    #: Training only: ``step()`` is ``backward_pass(forward_pass())``, so a trace can
+    #: split a step's host and GPU time between the two passes (opcost.tracing).
+    forward_pass: Callable[[], Any] | None = None
+    backward_pass: Callable[[Any], None] | None = None
 
 
 def auto_block_size(param_bytes: int, cache_bytes: int, max_block_size: int) -> int:
@@ -155,12 +159,16 @@ def _forward_step(
     return step
 
 
+Phases = tuple[Callable[[], Any], Callable[[Any], None]] | None
+
+
 def _make_step(
     calls: list[Callable[[list[torch.Tensor]], Any]],
     input_sets: list[list[torch.Tensor]],
     training: bool,
-) -> tuple[Callable[[], None], bool, int]:
-    """The per-step function, whether it runs backward, and how many calls a step makes.
+) -> tuple[Callable[[], None], bool, int, Phases]:
+    """The per-step function, whether it runs backward, how many calls a step makes, and
+    (training with a backward pass) the step's forward and backward pass apart.
 
     Inference: one call per step, cycling through ``calls`` on ``input_sets[0]``.
     Training: a chain of ``len(input_sets)`` calls, call k on ``input_sets[k]``, then one
@@ -168,30 +176,36 @@ def _make_step(
     chain of one call then).
     """
     if not training:
-        return _forward_step(calls, input_sets[0]), False, 1
+        return _forward_step(calls, input_sets[0]), False, 1, None
     # One call to learn which outputs carry a gradient, and to shape the random gradients.
     outs = [t for t in _output_tensors(calls[0](input_sets[0])) if t.requires_grad]
     for t in input_sets[0]:
         t.grad = None
     if not outs:
-        return _forward_step(calls, input_sets[0]), False, 1
+        return _forward_step(calls, input_sets[0]), False, 1, None
     counter = [0]
     n = len(calls)
     chain = len(input_sets)
     grads = [torch.randn_like(t) for t in outs] * chain
     leaves = [t for inputs in input_sets for t in inputs if t.requires_grad]
 
-    def step_train() -> None:
+    def forward_pass() -> list[torch.Tensor]:
         i = counter[0]
         out = []
         for k, inputs in enumerate(input_sets):
             out += [t for t in _output_tensors(calls[(i + k) % n](inputs)) if t.requires_grad]
         counter[0] = (i + chain) % n
+        return out
+
+    def backward_pass(out: list[torch.Tensor]) -> None:
         torch.autograd.backward(out, grads)
         for t in leaves:
             t.grad = None
 
-    return step_train, True, chain
+    def step_train() -> None:
+        backward_pass(forward_pass())
+
+    return step_train, True, chain, (forward_pass, backward_pass)
 
 
 def prepare_op(spec: dict[str, Any], opts: HarnessOptions) -> Workload:
@@ -237,7 +251,7 @@ def prepare_op(spec: dict[str, Any], opts: HarnessOptions) -> Workload:
     ]
     context = contextlib.nullcontext if training else torch.inference_mode
     with context():
-        step, backward, calls_per_step = _make_step(rebuilt, input_sets, training)
+        step, backward, calls_per_step, phases = _make_step(rebuilt, input_sets, training)
     return Workload(
         step,
         len(rebuilt),
@@ -246,6 +260,8 @@ def prepare_op(spec: dict[str, Any], opts: HarnessOptions) -> Workload:
         context,
         keep=[rebuilt, input_sets],
         calls_per_step=calls_per_step,
+        forward_pass=phases[0] if phases else None,
+        backward_pass=phases[1] if phases else None,
     )
 
 
@@ -269,10 +285,19 @@ def prepare_network(
     context = contextlib.nullcontext if training else torch.inference_mode
     with context():
         # A whole network is one call: one forward and backward pass per step.
-        step, backward, _ = _make_step([lambda inputs: net(*inputs)], [[x]], training)
+        step, backward, _, phases = _make_step([lambda inputs: net(*inputs)], [[x]], training)
     if backward and leave_init:
         leave_initialisation(net, step)
-    return Workload(step, 1, backward, False, context, keep=[net, x])
+    return Workload(
+        step,
+        1,
+        backward,
+        False,
+        context,
+        keep=[net, x],
+        forward_pass=phases[0] if phases else None,
+        backward_pass=phases[1] if phases else None,
+    )
 
 
 def leave_initialisation(net: torch.nn.Module, step: Callable[[], None]) -> None:

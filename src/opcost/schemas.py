@@ -63,6 +63,34 @@ def _col(name: str, dtype: str, unit: str, meaning: str, group: str = "") -> Col
     return Column(name, dtype, unit, meaning, group)
 
 
+#: The dataset's trace columns (``opcost.tracing``, ``opcost.trace_eval``).
+TRACE_DATASET_COLUMNS = (
+    _col(
+        "gpu_time_s",
+        "float64",
+        "s",
+        "GPU kernel time per call: its kernels' durations summed (trace)",
+        "Trace (null without one: CPU configurations, data traced before)",
+    ),
+    _col("sigma_gpu_time_s", "float64", "s", "σ of gpu_time_s over the traced steps"),
+    _col("forward_gpu_time_s", "float64", "s", "its forward pass's share (training)"),
+    _col("host_time_s", "float64", "s", "host time per call, untraced, queue never full"),
+    _col("sigma_host_time_s", "float64", "s", "σ of host_time_s over the bursts"),
+    _col("forward_host_time_s", "float64", "s", "its forward pass's share (training)"),
+    _col("traced_host_time_s", "float64", "s", "host time per call under the profiler"),
+    _col("traced_forward_host_time_s", "float64", "s", "its forward pass's share"),
+    _col("n_kernels", "float64", "", "device kernels, copies and sets per call"),
+    _col("forward_n_kernels", "float64", "", "their forward pass's share"),
+    _col("launch_gap_s", "float64", "s", "median idle gap between two queued kernels"),
+    _col("sync_s", "float64", "s", "a synchronisation with an idle device, host side"),
+    _col("host_probe_s", "float64", "s", "host-speed probe: 200 small dispatches issued"),
+    _col("host_cpu", "str", "", "the trace host's CPU model"),
+    _col("trace_wall_time_s", "float64", "s", "time per call of the trace job's timed loop"),
+    _col("trace_number_per_run", "Int64", "", "calls per timed block of that loop"),
+    _col("trace_host", "str", "", "host name of the trace job"),
+    _col("trace_json_path", "str", "", "the trace JSON these columns come from"),
+)
+
 DATASET = Table(
     "dataset",
     "results/dataset/{gpu}.parquet",
@@ -177,6 +205,7 @@ DATASET = Table(
         ),
         _col("timed_end_unix_s", "float64", "s", "wall clock at its end (UTC)"),
         _col("json_path", "str", "", "the benchmark JSON the row comes from"),
+        *TRACE_DATASET_COLUMNS,
     ),
 )
 
@@ -228,6 +257,30 @@ OPS = Table(
             "the canonical JSON spec (sorted keys, no spaces), enough to rebuild the op",
         ),
         _col("count", "int64", "", "how often the op runs in one forward pass of the network"),
+        _col(
+            "positions",
+            "str",
+            "",
+            "its 0-based call positions in one forward pass, comma-separated: the "
+            "network's call order is its ops sorted by position",
+        ),
+    ),
+)
+
+BREAKDOWN = Table(
+    "breakdown",
+    "results/dataset/{gpu}.breakdown.parquet",
+    (
+        *DATASET.columns[:3],
+        _col("model_input", "str", "", "the network's model-input set"),
+        _col("index", "int64", "", "the host span's place in the traced step"),
+        _col("phase", "str", "", "`forward` or `backward`"),
+        _col("label", "str", "", "`call#<k>`, a backward node's name, or `tail`"),
+        _col("call", "Int64", "", "the op's call position (OPS `positions`); null: glue"),
+        _col("op_id", "str", "", "the op that ran there (null for glue)"),
+        _col("host_s", "float64", "s", "from the end of the span before to this one's end"),
+        _col("gpu_s", "float64", "s", "kernel time launched in the span"),
+        _col("n_kernels", "float64", "", "device events launched in the span"),
     ),
 )
 
@@ -338,7 +391,7 @@ NETWORK_PREDICTIONS = Table(
     ),
 )
 
-TABLES = (DATASET, FAILED, OPS, UNIQUE_OPS, VALIDATION, HOLDOUT, NETWORK_PREDICTIONS)
+TABLES = (DATASET, FAILED, BREAKDOWN, OPS, UNIQUE_OPS, VALIDATION, HOLDOUT, NETWORK_PREDICTIONS)
 
 
 @dataclass(frozen=True)

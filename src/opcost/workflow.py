@@ -160,6 +160,47 @@ def require_raw_logs(dataset_path: str | Path) -> None:
                 )
 
 
+def trace_prefixes(study: Study, gpu: str, op_ids: list[str]) -> list[str]:
+    """Every trace of one GPU configuration, as path prefixes (add .json): none unless its
+    device is ``cuda`` (a CPU runs each op to its end before the next: nothing to replay)."""
+    if study.gpus[gpu].device != "cuda":
+        return []
+    out = []
+    for setting in study.gpus[gpu].settings:
+        for mode in study.modes:
+            base = f"results/raw/{gpu}/{setting.name}/{mode}/traces"
+            out += [f"{base}/ops/{oid}" for oid in op_ids]
+            out += [f"{base}/networks/{mi.name}" for mi in study.model_inputs]
+    return out
+
+
+def run_trace(
+    study: Study, wildcards: Any, output: Any, log: Any, *, kind: str, spec_json: str | None = None
+) -> None:
+    """Entry point of the tracing rules' ``run:`` blocks (in the measurement worker)."""
+    from opcost import worker
+
+    started = time.time()
+    record = worker.call(
+        "opcost.tracing:trace_job",
+        kind=kind,
+        gpu=study.gpus[wildcards.gpu],
+        setting=parse_setting(wildcards.setting),
+        mode=wildcards.mode,
+        profile_config=dict(study.config["profile"]),
+        json_path=str(output.json),
+        spec=json.loads(spec_json) if spec_json else None,
+        op_id=getattr(wildcards, "op_id", None),
+        model_input=study.model_input(wildcards.model_input) if kind == "network" else None,
+    )
+    summary = {k: record.get(k) for k in ("status", "failure_reason", "device", "gpu_time_s")}
+    summary["job_wall_s"] = round(time.time() - started, 3)
+    summary["pid"] = os.getpid()
+    summary["worker_pid"] = worker.pid()
+    summary["slurm_job_id"] = os.environ.get("SLURM_JOB_ID")
+    write_atomic(log.job, json.dumps(summary) + "\n")
+
+
 def gpu_params(study: Study, gpu: str) -> dict[str, Any]:
     """The GPU configuration's fields that change a measurement (rerun when they change)."""
     g = study.gpus[gpu]

@@ -91,6 +91,21 @@ def get_raw_csvs(wildcards):
     return [f"{p}.csv" for p in get_raw_prefixes(wildcards)]
 
 
+def get_traces(wildcards):
+    op_ids = list(wf.unique_ops(get_unique_ops_path()).index)
+    return [f"{p}.json" for p in wf.trace_prefixes(STUDY, wildcards.gpu, op_ids)]
+
+
+def get_all_traces(wildcards):
+    # Part of the default target for the same reason as the raw logs (below).
+    op_ids = list(wf.unique_ops(get_unique_ops_path()).index)
+    return [
+        f"{prefix}.json"
+        for gpu in STUDY.gpus
+        for prefix in wf.trace_prefixes(STUDY, gpu, op_ids)
+    ]
+
+
 def get_all_raw_logs(wildcards):
     # Part of the default target: a raw log deleted to remeasure it is a missing target,
     # so the next `snakemake` measures it again and rebuilds what depends on it. (As an
@@ -117,8 +132,10 @@ def get_slurm_constraint(wildcards):
 
 def get_final_outputs(wildcards):
     # FIGURE_TARGETS (figures.smk) holds the validation tables' figures and the report's.
+    traced = any(g.device == "cuda" for g in STUDY.gpus.values())
     return (
         FIGURE_TARGETS
+        + (["results/validation/replay.parquet"] if traced else [])
         + expand(
             "results/dataset/{gpu}.{name}",
             gpu=STUDY.gpus,

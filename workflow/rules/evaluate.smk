@@ -2,9 +2,11 @@ rule evaluate:
     input:
         json=get_raw_jsons,
         csv=get_raw_csvs,
+        traces=get_traces,
     output:
         dataset="results/dataset/{gpu}.parquet",
         failed="results/dataset/{gpu}.failed.parquet",
+        breakdown="results/dataset/{gpu}.breakdown.parquet",
     log:
         "logs/evaluate/{gpu}.log",
     conda:

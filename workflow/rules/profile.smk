@@ -12,7 +12,7 @@
 # (7-10 s each). The submitting process never sees them as local, so they still go to
 # SLURM. docs/slurm.md, "Batching".
 if workflow.remote_exec:
-    workflow.localrules("profile_op", "profile_network")
+    workflow.localrules("profile_op", "profile_network", "trace_op", "trace_network")
 
 
 rule profile_op:
@@ -52,3 +52,51 @@ rule profile_network:
         measurement=wf.measurement_params(STUDY),
     run:
         wf.run_profile(STUDY, wildcards, output, log, kind="network")
+
+
+# Traces (opcost.tracing): each op's and network's host time, GPU kernel time and kernels
+# on this host, from a short run under torch.profiler, with no power window. CUDA GPU
+# configurations only. Raw logs too, protected likewise; on a cluster they join the
+# profiling batches (profiles/slurm: groups).
+rule trace_op:
+    output:
+        json=protected("results/raw/{gpu}/{setting}/{mode}/traces/ops/{op_id}.json"),
+    log:
+        job="logs/trace/{gpu}/{setting}/{mode}/ops/{op_id}.log",
+    resources:
+        gpu=1,
+        gpu_model=get_slurm_gpu_model,
+        constraint=get_slurm_constraint,
+    params:
+        spec=get_op_spec,
+        gpu=lambda wildcards: wf.gpu_params(STUDY, wildcards.gpu),
+    run:
+        wf.run_trace(STUDY, wildcards, output, log, kind="op", spec_json=params.spec)
+
+
+rule trace_network:
+    output:
+        json=protected(
+            "results/raw/{gpu}/{setting}/{mode}/traces/networks/{model_input}.json"
+        ),
+    log:
+        job="logs/trace/{gpu}/{setting}/{mode}/networks/{model_input}.log",
+    resources:
+        gpu=1,
+        gpu_model=get_slurm_gpu_model,
+        constraint=get_slurm_constraint,
+    params:
+        model=lambda wildcards: MODEL_INPUTS[wildcards.model_input].model,
+        shape=lambda wildcards: list(MODEL_INPUTS[wildcards.model_input].shape),
+        gpu=lambda wildcards: wf.gpu_params(STUDY, wildcards.gpu),
+    run:
+        wf.run_trace(STUDY, wildcards, output, log, kind="network")
+
+
+# Every trace of one GPU configuration: `snakemake traces_h100 --configfile ...` traces a
+# study whose power measurements exist already, in one run on one host.
+rule traces:
+    input:
+        get_traces,
+    output:
+        touch("results/raw/{gpu}/traces.done"),

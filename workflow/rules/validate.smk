@@ -26,6 +26,31 @@ rule validate_dataset:
         "../scripts/validate_dataset.py"
 
 
+# Networks replayed from their ops on a host thread and a GPU stream (opcost.replay),
+# beside the thesis's plain sum: configurations with traces only (CUDA).
+rule validate_replay:
+    input:
+        datasets=expand("results/dataset/{gpu}.parquet", gpu=STUDY.gpus),
+        breakdowns=expand("results/dataset/{gpu}.breakdown.parquet", gpu=STUDY.gpus),
+        ops=expand("results/ops/{model_input}.parquet", model_input=MODEL_INPUTS),
+    output:
+        table="results/validation/replay.parquet",
+        summary=report(
+            "results/validation/replay.csv",
+            caption="../report/replay.rst",
+            category="Dataset validation",
+        ),
+    log:
+        "logs/validate/replay.log",
+    conda:
+        "../../environment.yml"
+    params:
+        # A change to the opcost modules the script uses reruns this rule.
+        opcost_code=code_version("validate_replay.py"),
+    script:
+        "../scripts/validate_replay.py"
+
+
 rule validate_predictions:
     input:
         holdout=expand(

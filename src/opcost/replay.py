@@ -1,0 +1,65 @@
+"""A step's time from its ops: a host thread and a GPU stream, replayed.
+
+The host issues the ops of a step in order, spending ``host_s[i]`` on op *i*; the GPU
+stream starts op *i*'s kernels once the host has issued them and the kernels before them
+are done, and is busy for ``gpu_s[i]`` plus ``kernel_gap_s`` per kernel (the device's own
+gap between queued kernels). A timed loop of ``repeats`` steps ends at its last kernel or
+its last host work, whichever is later, plus one synchronisation (``sync_s``); the time
+per step is that over ``repeats``. With no kernels at all (a CPU), the time is the host's.
+
+The thesis's plain sum (formula 5.1) is the other extreme: every op's isolated wall time
+added up, as if neither overlapped the other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Replay:
+    """One replayed step: its time, and how it splits between the host and the GPU."""
+
+    time_s: float  # per step
+    host_s: float  # host work per step
+    gpu_busy_s: float  # GPU stream busy per step (kernels and their gaps)
+
+    @property
+    def gpu_wait_s(self) -> float:
+        """GPU idle per step while the host issues work."""
+        return max(self.time_s - self.gpu_busy_s, 0.0)
+
+    @property
+    def bound(self) -> str:
+        """``gpu`` where the stream is busy for more of the step than the host, else ``host``."""
+        return "gpu" if self.gpu_busy_s >= self.host_s else "host"
+
+
+def replay(
+    host_s: Sequence[float],
+    gpu_s: Sequence[float],
+    n_kernels: Sequence[float] | None = None,
+    *,
+    kernel_gap_s: float = 0.0,
+    sync_s: float = 0.0,
+    repeats: int = 1,
+) -> Replay:
+    """Replay ``repeats`` steps of ops with these host and GPU times (module docstring)."""
+    if len(host_s) != len(gpu_s) or (n_kernels is not None and len(n_kernels) != len(host_s)):
+        raise ValueError("host_s, gpu_s and n_kernels must have one value per op")
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, not {repeats}")
+    kernels = n_kernels if n_kernels is not None else [1.0 if g > 0 else 0.0 for g in gpu_s]
+    busy = [
+        g + k * kernel_gap_s if g > 0 or k > 0 else 0.0 for g, k in zip(gpu_s, kernels, strict=True)
+    ]
+    host_t = 0.0
+    gpu_t = 0.0
+    for _ in range(repeats):
+        for h, b in zip(host_s, busy, strict=True):
+            host_t += h
+            if b > 0:
+                gpu_t = max(gpu_t, host_t) + b
+    end = max(host_t, gpu_t) + sync_s
+    return Replay(end / repeats, sum(host_s), sum(busy))

@@ -1,0 +1,104 @@
+"""A measurement's trace (``opcost.tracing``) as dataset columns and breakdown rows.
+
+A trace lies beside its profiling pair: ``results/raw/{gpu}/{setting}/{mode}/traces/
+{ops|networks}/{name}.json`` for ``.../{ops|networks}/{name}.json``. Its columns join the
+measurement's dataset row (NaN where there is no trace, or it failed); a network's
+per-op breakdown becomes rows of ``results/dataset/{gpu}.breakdown.parquet``
+(:data:`opcost.schemas.BREAKDOWN`). No torch needed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from opcost.errors import OpcostError
+
+#: Trace record keys copied into the dataset as they are (seconds, counts).
+_COPIED = (
+    "gpu_time_s",
+    "sigma_gpu_time_s",
+    "forward_gpu_time_s",
+    "host_time_s",
+    "sigma_host_time_s",
+    "forward_host_time_s",
+    "traced_host_time_s",
+    "traced_forward_host_time_s",
+    "n_kernels",
+    "forward_n_kernels",
+    "launch_gap_s",
+    "sync_s",
+    "host_probe_s",
+    "host_cpu",
+)
+#: Dataset column <- trace record key, where the names differ.
+_RENAMED = {
+    "trace_wall_time_s": "wall_time_s",
+    "trace_number_per_run": "wall_number_per_run",
+    "trace_host": "host",
+}
+TRACE_COLUMNS = (*_COPIED, *_RENAMED, "trace_json_path")
+
+
+class TraceRecordError(OpcostError, ValueError):
+    """A trace JSON that cannot be read: the message names it."""
+
+
+def trace_path(json_path: str | Path) -> Path:
+    """Where the trace of the measurement in ``json_path`` lies."""
+    json_path = Path(json_path)
+    return json_path.parent.parent / "traces" / json_path.parent.name / json_path.name
+
+
+def read_trace(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise TraceRecordError(f"trace {path} cannot be read ({e}); rerun its trace job") from e
+    if not isinstance(record, dict) or record.get("status") not in ("ok", "failed"):
+        raise TraceRecordError(f"trace {path} is not a finished trace record; rerun its trace job")
+    return record
+
+
+def trace_columns(path: str | Path | None) -> dict[str, Any]:
+    """The dataset columns of one trace (all None without a usable one)."""
+    out: dict[str, Any] = dict.fromkeys(TRACE_COLUMNS)
+    if path is None or not Path(path).exists():
+        return out
+    record = read_trace(path)
+    if record["status"] != "ok":
+        return out
+    for key in _COPIED:
+        out[key] = record.get(key)
+    for column, key in _RENAMED.items():
+        out[column] = record.get(key)
+    out["trace_json_path"] = str(path)
+    return out
+
+
+def breakdown_rows(path: str | Path) -> list[dict[str, Any]]:
+    """A network trace's breakdown: one row per host span of its mean traced step."""
+    record = read_trace(path)
+    if record["status"] != "ok" or record.get("kind") != "network":
+        return []
+    rows = []
+    for index, span in enumerate(record.get("breakdown") or []):
+        rows.append(
+            {
+                "gpu": record["gpu"],
+                "setting": record["setting"],
+                "mode": record["mode"],
+                "model_input": record["model_input"],
+                "index": index,
+                "phase": span["phase"],
+                "label": span["label"],
+                "call": span["call"],
+                "op_id": span["op_id"],
+                "host_s": span["host_s"],
+                "gpu_s": span["gpu_s"],
+                "n_kernels": span["n_kernels"],
+            }
+        )
+    return rows

@@ -1,0 +1,505 @@
+"""Kernel-level truth for one op or network: host time, GPU kernel time and kernels.
+
+A trace job (:func:`trace_job`) builds the same workload as the profiling job
+(:mod:`opcost.harness`) and, with no power window, measures on this host:
+
+1. **host time**: the time the host takes to issue one step, untraced: bursts of a few
+   steps issued back to back right after a synchronisation, as few as keep the launch
+   queue from filling (so the host never waits for the device), median of
+   ``HOST_REPEATS``; in training also the forward pass alone;
+2. **wall time**: the time per step of a short timed loop (``WALL_WINDOW_S``), the
+   profiling job's algorithm on a shorter window, so an op's and its network's wall,
+   host and GPU times all come from one run on one host;
+3. **a trace**: ``TRACE_STEPS`` steps under ``torch.profiler`` (Kineto/CUPTI), each
+   annotated (``opcost.step``, ``opcost.forward``, ``opcost.backward``), from which
+   :mod:`opcost.kineto` takes each step's kernel time and kernels. A network's op calls
+   are annotated too (``opcost.call#<k>``, ``k`` the op's call position as extraction
+   numbers it), which gives its own per-op breakdown, backward nodes mapped to their
+   forward op;
+4. **the host's speed**: a fixed probe (:func:`host_probe_s`), the CPU model, and the
+   cost of a synchronisation on an idle device.
+
+A profiler that records no device work on a GPU fails the job (:class:`TraceFailed`).
+Per-call figures divide a step by its calls (a training chain has up to 16).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import gzip
+import json
+import platform
+import statistics
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode, resolve_name
+
+from opcost import harness, kineto
+from opcost import spec as specs
+from opcost.errors import OpcostError
+
+TRACE_STEPS = 4
+HOST_REPEATS = 11
+#: Steps per host-time burst, and the kernel launches a burst may queue at most (CUDA's
+#: launch queue holds about a thousand; a full one would make the host wait).
+HOST_BURST_STEPS = 8
+HOST_BURST_LAUNCHES = 512
+WALL_WINDOW_S = 0.1
+WARMUP_STEPS = 3
+#: Dispatches of the host-speed probe.
+PROBE_DISPATCHES = 200
+PROBE_REPEATS = 15
+
+
+class TraceFailed(OpcostError, RuntimeError):
+    """The profiler could not trace the workload (no device work recorded)."""
+
+
+def host_cpu_model() -> str:
+    """The host CPU's model name (``/proc/cpuinfo``), else what ``platform`` says."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@functools.cache
+def host_probe_s(device: str) -> float:
+    """The host's speed: seconds to issue ``PROBE_DISPATCHES`` in-place adds on a
+    one-element tensor of ``device`` (median of ``PROBE_REPEATS``, without waiting for
+    the device); a fixed sequence of small dispatches, like a host-bound network's."""
+    dev = torch.device(device)
+    x = torch.zeros(1, device=dev)
+    times = []
+    for _ in range(PROBE_REPEATS):
+        _sync(dev)
+        t0 = time.perf_counter()
+        for _ in range(PROBE_DISPATCHES):
+            x.add_(1.0)
+        times.append(time.perf_counter() - t0)
+    _sync(dev)
+    return statistics.median(times)
+
+
+@functools.cache
+def sync_s(device: str) -> float:
+    """What a synchronisation with an idle device costs the host (median of 51)."""
+    dev = torch.device(device)
+    _sync(dev)
+    times = []
+    for _ in range(51):
+        t0 = time.perf_counter()
+        _sync(dev)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+@functools.cache
+def check_profiler_sees_kernels(device: str) -> None:
+    """Raise :class:`TraceFailed` unless the profiler records the kernel of an add."""
+    dev = torch.device(device)
+    x = torch.zeros(1024, device=dev)
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    ) as prof:
+        with torch.autograd.profiler.record_function(kineto.STEP):
+            x.add_(1.0)
+        _sync(dev)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        steps = kineto.steps(json.loads(path.read_text()))
+    if not any(s.n_kernels for s in steps):
+        raise TraceFailed(
+            "torch.profiler recorded no GPU kernel for a plain add on this device: CUPTI "
+            "is not available to it here, so no trace can give kernel times"
+        )
+
+
+class _Range:
+    """A profiler annotation opened and closed by hand (module hooks)."""
+
+    def __init__(self, name: str) -> None:
+        self.rf = torch.autograd.profiler.record_function(name)
+        self.rf.__enter__()
+
+    def close(self) -> None:
+        self.rf.__exit__(None, None, None)
+
+
+class CallAnnotator(TorchFunctionMode):
+    """Annotates each op call of a network the way :mod:`opcost.extract` finds ops.
+
+    ``learn()`` runs one forward pass to learn which modules are leaves (returned without
+    calling a child); while active afterwards, each leaf module call and each torch call
+    made directly in a non-leaf module's ``forward`` is wrapped in ``opcost.call#<k>``,
+    ``k`` counting calls in the order extraction gives them positions. ``calls`` maps
+    ``k`` to the op id of the op that ran there (calls extraction drops map to None).
+    """
+
+    def __init__(self, net: torch.nn.Module) -> None:
+        super().__init__()
+        self.net = net
+        self.leaves: set[int] = set()
+        self.learning = False
+        self.stack: list[list[Any]] = []  # [module, called_child, range]
+        self.calls: dict[int, str | None] = {}
+        self.counter = 0
+        self._busy = False
+
+    @contextlib.contextmanager
+    def active(self, learning: bool = False) -> Iterator[None]:
+        from opcost.extract import _METADATA  # the same rules as extraction
+
+        self._metadata = _METADATA
+        self.learning = learning
+        self.counter = 0
+        handles = []
+        for module in self.net.modules():
+            handles.append(module.register_forward_pre_hook(self._pre, with_kwargs=True))
+            handles.append(module.register_forward_hook(self._post, with_kwargs=True))
+        try:
+            with self:
+                yield
+        finally:
+            for h in handles:
+                h.remove()
+
+    def _open(self) -> tuple[int, _Range]:
+        self._busy = True
+        try:
+            k = self.counter
+            self.counter += 1
+            return k, _Range(f"{kineto.CALL_PREFIX}{k}")
+        finally:
+            self._busy = False
+
+    def _pre(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        if self.stack:
+            self.stack[-1][1] = True
+        opened = None if self.learning or id(module) not in self.leaves else self._open()
+        self.stack.append([module, False, opened])
+
+    def _post(self, module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+        module_, called_child, opened = self.stack.pop()
+        if self.learning:
+            if not called_child:
+                self.leaves.add(id(module_))
+            return
+        if opened is None:
+            return
+        k, rng = opened
+        self._busy = True
+        try:
+            rng.close()
+            spec = specs.make_spec(
+                "module",
+                specs.qualified_name(type(module)),
+                args,
+                kwargs,
+                output,
+                attrs=specs.module_attrs(module),
+            )
+            self.calls[k] = specs.op_id(spec) if spec is not None else None
+        finally:
+            self._busy = False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self._busy or self.learning or not self.stack or id(self.stack[-1][0]) in self.leaves:
+            return func(*args, **kwargs)
+        k, rng = self._open()
+        try:
+            result = func(*args, **kwargs)
+        finally:
+            self._busy = True
+            rng.close()
+            self._busy = False
+        name = resolve_name(func)
+        op_id = None
+        if name is not None and not self._metadata.search(name) and _has_tensor(result):
+            spec = specs.make_spec("function", name, args, kwargs, result)
+            op_id = specs.op_id(spec) if spec is not None else None
+        self.calls[k] = op_id
+        return result
+
+
+def _has_tensor(x: Any) -> bool:
+    from opcost.extract import _has_tensor as has
+
+    return has(x)
+
+
+def _spread(values: list[float]) -> float:
+    return statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def trace_workload(
+    workload: harness.Workload,
+    opts: harness.HarnessOptions,
+    annotator: CallAnnotator | None = None,
+    keep_trace: Path | None = None,
+) -> dict[str, Any]:
+    """Host, wall and kernel times of ``workload`` on this host (module docstring);
+    ``keep_trace``: where to write the profiler's trace too (gzipped JSON)."""
+    device = torch.device(opts.device)
+    calls = workload.calls_per_step
+    with workload.context(), harness._no_cyclic_gc():
+        for _ in range(WARMUP_STEPS):
+            workload.step()
+        _sync(device)
+    t0 = time.perf_counter()
+    trace = _profile(workload, device, annotator)
+    t1 = time.perf_counter()
+    if keep_trace is not None:
+        with gzip.open(keep_trace, "wt") as f:
+            json.dump(trace, f)
+    steps = kineto.steps(trace)
+    if device.type == "cuda" and not any(s.n_kernels for s in steps):
+        check_profiler_sees_kernels(opts.device)  # no kernels: a view, or a blind profiler
+    kernels = statistics.median(s.n_kernels for s in steps)
+    burst = max(1, min(HOST_BURST_STEPS, int(HOST_BURST_LAUNCHES // max(kernels, 1))))
+    t2 = time.perf_counter()
+    host, host_fwd = _host_times(workload, device, burst)
+    t3 = time.perf_counter()
+    wall = harness.measure(workload, replace(opts, min_run_time_s=WALL_WINDOW_S, warmup_s=0.02))
+    t4 = time.perf_counter()
+    gpu = [s.gpu_s for s in steps]
+    record: dict[str, Any] = {
+        "trace_steps": len(steps),
+        "calls_per_step": calls,
+        "host_time_s": statistics.median(host) / calls,
+        "sigma_host_time_s": _spread(host) / calls,
+        "forward_host_time_s": statistics.median(host_fwd) / calls,
+        "gpu_time_s": statistics.median(gpu) / calls,
+        "sigma_gpu_time_s": _spread(gpu) / calls,
+        "forward_gpu_time_s": statistics.median(s.forward_gpu_s for s in steps) / calls,
+        "n_kernels": statistics.median(s.n_kernels for s in steps) / calls,
+        "forward_n_kernels": statistics.median(s.forward_n_kernels for s in steps) / calls,
+        "traced_host_time_s": statistics.median(s.host_s for s in steps) / calls,
+        "traced_forward_host_time_s": statistics.median(s.forward_host_s for s in steps) / calls,
+        "wall_time_s": wall.total_time_s / wall.iterations,
+        "wall_number_per_run": wall.number_per_run,
+        "launch_gap_s": kineto.launch_gap_s(trace),
+        "host_burst_steps": burst,
+        # Where a trace job's time goes: the profiled steps, their parsing, the host
+        # bursts, the short timed loop (seconds).
+        "trace_cost_s": {
+            "profile": t1 - t0,
+            "parse": t2 - t1,
+            "host": t3 - t2,
+            "wall": t4 - t3,
+        },
+        "backward": workload.backward,
+    }
+    if annotator is not None:
+        record["breakdown"] = _breakdown(trace, annotator)
+    return record
+
+
+def _host_times(
+    workload: harness.Workload, device: torch.device, burst: int
+) -> tuple[list[float], list[float]]:
+    """Untraced host time per step, whole and its forward pass: ``HOST_REPEATS`` bursts of
+    ``burst`` steps, each right after a synchronisation, so that the host issues them
+    back to back and the launch queue never fills."""
+    fwd, bwd = workload.forward_pass, workload.backward_pass
+    host, host_fwd = [], []
+    with workload.context(), harness._no_cyclic_gc():
+        for _ in range(HOST_REPEATS):
+            _sync(device)
+            forward_s = 0.0
+            t0 = time.perf_counter()
+            for _ in range(burst):
+                if fwd is not None:
+                    t1 = time.perf_counter()
+                    out = fwd()
+                    forward_s += time.perf_counter() - t1
+                    bwd(out)
+                    out = None
+                else:
+                    workload.step()
+            total = time.perf_counter() - t0
+            host.append(total / burst)
+            host_fwd.append((forward_s if fwd is not None else total) / burst)
+        _sync(device)
+    return host, host_fwd
+
+
+def _profile(
+    workload: harness.Workload, device: torch.device, annotator: CallAnnotator | None
+) -> dict[str, Any]:
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    rf = torch.autograd.profiler.record_function
+    annotate = annotator.active if annotator is not None else contextlib.nullcontext
+    with workload.context(), harness._no_cyclic_gc():
+        _sync(device)
+        with torch.profiler.profile(activities=activities) as prof:
+            for _ in range(TRACE_STEPS):
+                with rf(kineto.STEP):
+                    if workload.forward_pass is not None:
+                        with rf(kineto.FORWARD), annotate():
+                            out = workload.forward_pass()
+                        with rf(kineto.BACKWARD):
+                            workload.backward_pass(out)
+                        del out
+                    else:
+                        with rf(kineto.FORWARD), annotate():
+                            workload.step()
+            _sync(device)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        return json.loads(path.read_text())
+
+
+def _breakdown(trace: dict[str, Any], annotator: CallAnnotator) -> list[dict[str, Any]]:
+    """The trace's mean step as rows; ``call`` renumbered to the op's call position as
+    extraction gives it (the rank among the calls it keeps), None for glue."""
+    kept = sorted(k for k, op_id in annotator.calls.items() if op_id is not None)
+    position = {k: i for i, k in enumerate(kept)}
+    rows = kineto.mean_breakdown(kineto.breakdown(trace))
+    for row in rows:
+        k = row["call"]
+        row["op_id"] = annotator.calls.get(k) if k is not None else None
+        row["call"] = position.get(k) if k is not None else None
+    return rows
+
+
+def learn_calls(workload: harness.Workload, net: torch.nn.Module) -> CallAnnotator:
+    """A :class:`CallAnnotator` for ``net`` that has learnt its leaves from one step."""
+    annotator = CallAnnotator(net)
+    with workload.context(), annotator.active(learning=True):
+        if workload.forward_pass is not None:
+            workload.backward_pass(workload.forward_pass())
+        else:
+            workload.step()
+    return annotator
+
+
+def host_facts(device: str) -> dict[str, Any]:
+    """The host's CPU, its probe time, and a synchronisation's cost, for a trace record."""
+    return {
+        "host_cpu": host_cpu_model(),
+        "host_probe_s": host_probe_s(device),
+        "host_probe_dispatches": PROBE_DISPATCHES,
+        "sync_s": sync_s(device),
+    }
+
+
+#: Version of the trace record's layout (docs/formats.md).
+TRACE_SCHEMA_VERSION = 1
+
+
+def trace_job(
+    *,
+    kind: str,
+    gpu: Any,
+    setting: Any,
+    mode: str,
+    profile_config: dict[str, Any],
+    json_path: str | Path,
+    spec: dict[str, Any] | None = None,
+    model_input: Any = None,
+    op_id: str | None = None,
+) -> dict[str, Any]:
+    """Trace one op (``kind="op"``, with ``spec``) or network into ``json_path``.
+
+    The record holds the profiling job's header (what, where, with which software), the
+    host's facts (:func:`host_facts`) and the trace's figures (:func:`trace_workload`),
+    or ``status: failed`` with the reason where the op cannot run here. It is written
+    whole and read-only, or not at all. The GPU setting is applied as for profiling.
+    """
+    from opcost import profile
+
+    json_path = Path(json_path)
+    opts = profile.options_for(gpu, mode, profile_config)
+    with profile.device_to_itself(opts.device):
+        record = profile.record_header(kind, gpu.name, setting.name, opts, TRACE_SCHEMA_VERSION)
+        record.update(
+            status="ok",
+            failure_reason=None,
+            op_id=op_id,
+            model_input=model_input.name if model_input else None,
+            spec=spec,
+            requested_sm_clock_mhz=setting.sm_clock_mhz,
+            requested_power_limit_w=setting.power_limit_w,
+            **host_facts(opts.device),
+        )
+        harness.configure_numerics(opts)
+        with _setting_applied(opts.device, setting, profile_config, record):
+            try:
+                record.update(_trace(kind, spec, model_input, opts))
+            except harness.OpCannotRun as e:
+                record.update(status="failed", failure_reason=str(e))
+            except (RuntimeError, ValueError, NotImplementedError) as e:
+                if isinstance(e, OpcostError) or not profile._op_cannot_run(e):
+                    raise
+                record.update(status="failed", failure_reason=f"{type(e).__name__}: {e}"[:2000])
+            finally:
+                if opts.device == "cuda":
+                    torch.cuda.empty_cache()
+        record["finished_unix_s"] = time.time()
+        from opcost.io import staged_path
+
+        staged = staged_path(json_path)
+        try:
+            profile._write_synced(staged, json.dumps(record, indent=1, sort_keys=True) + "\n")
+            profile.publish_read_only([(staged, json_path)])
+        except BaseException:
+            staged.unlink(missing_ok=True)
+            raise
+    return record
+
+
+@contextlib.contextmanager
+def _setting_applied(
+    device: str, setting: Any, profile_config: dict[str, Any], record: dict[str, Any]
+) -> Iterator[None]:
+    if device != "cuda":
+        if setting.kind != "default":
+            from opcost.profile import ProfileError
+
+            raise ProfileError(
+                f"GPU setting {setting.name!r} cannot be applied on the {device}: trace it "
+                "on a GPU node, or only the setting 'default'"
+            )
+        yield
+        return
+    from opcost import gpu_setting, nvml, profile
+
+    uuid = nvml.cuda_device_uuid(torch.cuda.current_device())
+    info, _ = profile._gpu_facts(uuid)
+    record.update(gpu_uuid=uuid, gpu_name=info.name, driver_version=info.driver_version)
+    command = tuple(profile._profile_option(profile_config, "setting_command"))
+    with gpu_setting.applied_setting(setting, uuid, command):
+        yield
+
+
+def _trace(
+    kind: str, spec: dict[str, Any] | None, model_input: Any, opts: harness.HarnessOptions
+) -> dict[str, Any]:
+    if kind == "op":
+        return trace_workload(harness.prepare_op(spec, opts), opts)
+    from opcost.extract import build_model
+
+    net = build_model(model_input.model)
+    workload = harness.prepare_network(net, model_input.shape, opts)
+    return trace_workload(workload, opts, learn_calls(workload, net))

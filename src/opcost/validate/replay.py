@@ -1,0 +1,174 @@
+"""Networks replayed from their ops (``opcost.replay``) against their measured time.
+
+Per GPU configuration, setting, mode and traced network, three predictions of its time
+per step beside what the trace job measured on the same host (``trace_wall_time_s``) and
+what the profiling job measured (``time_s``, a 1-s window, possibly another host):
+
+* ``plain_sum_time_s``: the thesis's sum (5.1) of the isolated ops' wall times;
+* ``replay_isolated_time_s``: the replay of the network's call sequence (extraction's
+  positions; training: the forward calls, then their backward passes in reverse), each op
+  with its isolated trace's host and GPU time;
+* ``replay_own_time_s``: the replay of the network's own traced breakdown, its spans'
+  host times scaled to the untraced host time of each pass.
+
+Energy replays the isolated ops: each op's busy power times its GPU time, plus the power
+the GPU draws while it waits times the rest of the step. An op's busy power follows from
+its 1-s window: ``P_op t_op = P_busy g + P_wait (t_op - g)``. ``P_wait`` is the median
+window power of the configuration's ops that keep the GPU busiest for less than
+``WAIT_SHARE`` of their time (the GPU idling between launches, clocks up).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from opcost import replay as rp
+from opcost.io import read_parquet
+
+#: Ops whose GPU-busy share is below this give the waiting power.
+WAIT_SHARE = 0.1
+_KEYS = ["gpu", "setting", "mode"]
+
+
+def call_sequences(paths: Iterable[str | Path]) -> dict[str, list[str]]:
+    """Each model-input set's op ids in call order, from its op table's ``positions``."""
+    out = {}
+    for path in paths:
+        table = read_parquet(path, ["model_input", "op_id", "positions"])
+        calls = sorted(
+            (int(p), oid)
+            for oid, positions in zip(table["op_id"], table["positions"], strict=True)
+            for p in str(positions).split(",")
+        )
+        if len(table):
+            out[str(table["model_input"].iloc[0])] = [oid for _, oid in calls]
+    return out
+
+
+def waiting_power_w(ops: pd.DataFrame) -> float:
+    """``P_wait`` of one configuration and mode (module docstring)."""
+    share = ops["gpu_time_s"] / ops["time_s"]
+    low = ops.loc[share < WAIT_SHARE, "power_w"].dropna()
+    return float(low.median()) if len(low) else math.nan
+
+
+def busy_power_w(ops: pd.DataFrame, p_wait: float) -> pd.Series:
+    """Each op's power while its kernels run (module docstring); NaN without kernels."""
+    g = ops["gpu_time_s"]
+    t = ops["time_s"]
+    p = (ops["power_w"] * t - p_wait * (t - g).clip(lower=0)) / g
+    return p.where(g > 0)
+
+
+def _isolated_steps(seq: list[str], ops: pd.DataFrame, training: bool) -> pd.DataFrame:
+    """The replayed step's entries: per call its host, GPU time, kernels and op id."""
+    o = ops.reindex(seq)
+    if not training:
+        return pd.DataFrame(
+            {"host": o["host_time_s"], "gpu": o["gpu_time_s"], "n": o["n_kernels"]}
+        ).reset_index()
+    fwd = pd.DataFrame(
+        {
+            "host": o["forward_host_time_s"],
+            "gpu": o["forward_gpu_time_s"],
+            "n": o["forward_n_kernels"],
+        }
+    )
+    r = o.iloc[::-1]
+    bwd = pd.DataFrame(
+        {
+            "host": r["host_time_s"] - r["forward_host_time_s"],
+            "gpu": r["gpu_time_s"] - r["forward_gpu_time_s"],
+            "n": r["n_kernels"] - r["forward_n_kernels"],
+        }
+    )
+    return pd.concat([fwd.reset_index(), bwd.reset_index()], ignore_index=True)
+
+
+def _own(net: pd.Series, spans: pd.DataFrame) -> rp.Replay:
+    traced_fwd = net["traced_forward_host_time_s"]
+    traced_bwd = net["traced_host_time_s"] - traced_fwd
+    scale_fwd = net["forward_host_time_s"] / traced_fwd if traced_fwd > 0 else 1.0
+    bwd = net["host_time_s"] - net["forward_host_time_s"]
+    scale_bwd = bwd / traced_bwd if traced_bwd > 0 else 1.0
+    spans = spans.sort_values("index")
+    scale = np.where(spans["phase"] == "forward", scale_fwd, scale_bwd)
+    return rp.replay(
+        list(spans["host_s"] * scale),
+        list(spans["gpu_s"]),
+        list(spans["n_kernels"]),
+        kernel_gap_s=_or0(net["launch_gap_s"]),
+        sync_s=_or0(net["sync_s"]),
+        repeats=int(net["trace_number_per_run"]),
+    )
+
+
+def _or0(x: float) -> float:
+    return 0.0 if x is None or pd.isna(x) else float(x)
+
+
+def replay_validation(
+    dataset: pd.DataFrame, sequences: dict[str, list[str]], breakdown: pd.DataFrame
+) -> pd.DataFrame:
+    """One row per traced network (module docstring)."""
+    rows = []
+    traced = dataset[dataset["gpu_time_s"].notna()]
+    for (gpu, setting, mode), part in traced.groupby(_KEYS, sort=True):
+        ops = part[part["kind"] == "op"].set_index("op_id")
+        gap = float(ops["launch_gap_s"].median()) if ops["launch_gap_s"].notna().any() else 0.0
+        p_wait = waiting_power_w(ops)
+        p_busy = busy_power_w(ops, p_wait)
+        for _, net in part[part["kind"] == "network"].iterrows():
+            seq = sequences.get(net["model_input"])
+            if not seq or not set(seq) <= set(ops.index):
+                continue
+            steps = _isolated_steps(seq, ops, mode == "training")
+            iso = rp.replay(
+                list(steps["host"]),
+                list(steps["gpu"]),
+                list(steps["n"]),
+                kernel_gap_s=gap,
+                sync_s=_or0(net["sync_s"]),
+                repeats=int(net["trace_number_per_run"]),
+            )
+            busy_j = float((steps["gpu"] * p_busy.reindex(steps["op_id"]).to_numpy()).sum())
+            energy = busy_j + p_wait * max(iso.time_s - float(steps["gpu"].sum()), 0.0)
+            spans = breakdown[
+                (breakdown["gpu"] == gpu)
+                & (breakdown["setting"] == setting)
+                & (breakdown["mode"] == mode)
+                & (breakdown["model_input"] == net["model_input"])
+            ]
+            own = _own(net, spans) if len(spans) else None
+            rows.append(
+                {
+                    "gpu": gpu,
+                    "setting": setting,
+                    "mode": mode,
+                    "model_input": net["model_input"],
+                    "time_s": net["time_s"],
+                    "trace_wall_time_s": net["trace_wall_time_s"],
+                    "host_time_s": net["host_time_s"],
+                    "gpu_time_s": net["gpu_time_s"],
+                    "plain_sum_time_s": float(ops["time_s"].reindex(seq).sum()),
+                    "plain_sum_trace_wall_time_s": float(
+                        ops["trace_wall_time_s"].reindex(seq).sum()
+                    ),
+                    "replay_isolated_time_s": iso.time_s,
+                    "replay_isolated_bound": iso.bound,
+                    "replay_own_time_s": own.time_s if own else math.nan,
+                    "replay_own_bound": own.bound if own else None,
+                    "energy_j": net["energy_j"],
+                    "plain_sum_energy_j": float(ops["energy_j"].reindex(seq).sum()),
+                    "replay_isolated_energy_j": energy,
+                    "waiting_power_w": p_wait,
+                    "host_probe_s": net["host_probe_s"],
+                    "host_cpu": net["host_cpu"],
+                }
+            )
+    return pd.DataFrame(rows)

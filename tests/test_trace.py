@@ -1,0 +1,206 @@
+"""Traces and replay: opcost.kineto against real traces summed by hand, opcost.replay
+against hand-computed timelines, and opcost.tracing on the CPU."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from opcost import kineto
+from opcost.replay import replay
+
+DATA = Path(__file__).parent / "data" / "traces"
+OP_TRACE = DATA / "op_86c1b97e9ba896cd.inference.trace.json.gz"
+NET_TRACE = DATA / "squeezenet1_1_1x3x224x224.training.trace.json.gz"
+
+
+def _raw(path: Path) -> list[dict]:
+    with gzip.open(path, "rt") as f:
+        return [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+
+
+def test_op_trace_kernel_time_per_step_is_its_kernels_summed_by_hand():
+    events = _raw(OP_TRACE)
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    steps = [e for e in events if e.get("name") == "opcost.step"]
+    # By hand: the file's kernel durations (µs), each step's own by its launch time.
+    launch = {e["args"]["correlation"]: e["ts"] for e in events if e.get("cat") == "cuda_runtime"}
+    by_hand = [
+        sum(
+            k["dur"]
+            for k in kernels
+            if s["ts"] <= launch[k["args"]["correlation"]] <= s["ts"] + s["dur"]
+        )
+        for s in steps
+    ]
+    assert len(steps) == 5
+    assert len(kernels) == 20
+    summary = kineto.steps(kineto.load(OP_TRACE))
+    assert [s.n_kernels for s in summary] == [4] * 5
+    assert [s.gpu_s for s in summary] == pytest.approx([v * 1e-6 for v in by_hand], rel=1e-12)
+    assert sum(s.gpu_s for s in summary) == pytest.approx(sum(k["dur"] for k in kernels) * 1e-6)
+    assert [s.host_s for s in summary] == pytest.approx([s["dur"] * 1e-6 for s in steps])
+
+
+def test_network_breakdown_partitions_each_step_and_maps_backward_nodes_to_their_calls():
+    trace = kineto.load(NET_TRACE)
+    events = _raw(NET_TRACE)
+    steps = kineto.breakdown(trace)
+    marks = [e for e in events if e.get("name") == "opcost.step"]
+    device_cats = ("kernel", "gpu_memcpy", "gpu_memset")  # what occupies the stream
+    kernels_us = sum(e["dur"] for e in events if e.get("cat") in device_cats)
+    assert len(steps) == 5
+    # Every kernel of the file lies in exactly one span; the spans of a step cover its
+    # forward and backward passes without overlap.
+    assert sum(s.gpu_us for spans in steps for s in spans) == pytest.approx(kernels_us)
+    for spans, mark in zip(steps, marks, strict=True):
+        for a, b in zip(spans, spans[1:], strict=False):
+            assert a.end_us <= b.start_us + 1e-6
+        assert sum(s.end_us - s.start_us for s in spans) <= mark["dur"]
+        calls = [s.call for s in spans if s.phase == "forward" and s.call is not None]
+        assert calls == list(range(66))  # squeezenet1_1's 66 op calls, in order
+        conv_bwd = [s for s in spans if s.label == "ConvolutionBackward0"]
+        assert len(conv_bwd) == 26  # its 26 convolutions
+        assert all(s.call is not None for s in conv_bwd)
+        assert len({s.call for s in conv_bwd}) == 26
+
+
+def test_launch_gap_is_a_few_microseconds_on_an_h100():
+    gap = kineto.launch_gap_s(kineto.load(NET_TRACE))
+    assert gap is not None
+    assert 0 < gap < 10e-6
+
+
+def test_a_file_that_is_not_a_trace_names_itself(tmp_path):
+    bad = tmp_path / "t.json"
+    bad.write_text("[1, 2]")
+    with pytest.raises(kineto.TraceError, match="t.json"):
+        kineto.load(bad)
+
+
+# -- replay: timelines computed by hand ---------------------------------------------------
+
+
+def test_replay_host_bound_sequence_ends_one_kernel_after_the_host():
+    # Host issues at 2, 4, 6; each kernel (1) starts when issued: the last ends at 7.
+    r = replay([2, 2, 2], [1, 1, 1])
+    assert r.time_s == 7
+    assert r.bound == "host"
+    assert r.gpu_wait_s == 4
+
+
+def test_replay_gpu_bound_sequence_queues_kernels_behind_each_other():
+    # Issued at 1, 2, 3; the stream runs 1-6, 6-11, 11-16.
+    assert replay([1, 1, 1], [5, 5, 5]).time_s == 16
+    # Two steps in one timed block: the second step's kernels queue behind the first's.
+    assert replay([1, 1, 1], [5, 5, 5], repeats=2).time_s == 31 / 2
+
+
+def test_replay_mixed_sequence_kernel_gaps_and_sync():
+    # host 1, 0.5, 3; gpu 2, 2, 0.5 with 2 kernels each and a 0.25 gap per kernel:
+    # op0 busy 2.5 from 1 -> 3.5; op1 issued 1.5, runs 3.5 -> 6; op2 issued 4.5, runs
+    # 6 -> 7; then a sync of 0.1.
+    r = replay([1, 0.5, 3], [2, 2, 0.5], [2, 2, 2], kernel_gap_s=0.25, sync_s=0.1)
+    assert r.time_s == pytest.approx(7.1)
+    assert r.gpu_busy_s == pytest.approx(7.5 - 1.5 + 0.0)  # 2.5 + 2.5 + 1.0 (incl. gaps)
+
+
+def test_replay_ops_without_kernels_only_cost_host_time():
+    assert replay([1, 1], [0, 0]).time_s == 2
+
+
+def test_replay_refuses_mismatched_lengths():
+    with pytest.raises(ValueError, match="one value per op"):
+        replay([1, 2], [1])
+
+
+# -- the waiting and busy power of energy replay ------------------------------------------
+
+
+def test_busy_power_from_an_ops_window_by_hand():
+    import pandas as pd
+
+    from opcost.validate.replay import busy_power_w, waiting_power_w
+
+    ops = pd.DataFrame(
+        {
+            "time_s": [1e-3, 1e-3, 2e-3],
+            "gpu_time_s": [0.05e-3, 0.5e-3, 2e-3],
+            "power_w": [120.0, 300.0, 650.0],
+        }
+    )
+    p_wait = waiting_power_w(ops)
+    assert p_wait == 120.0  # the one op busy for under 10 % of its time
+    # 300 W over 1 ms = P_busy * 0.5 ms + 120 W * 0.5 ms -> P_busy = 480 W.
+    assert busy_power_w(ops, p_wait).tolist() == pytest.approx([120.0, 480.0, 650.0])
+
+
+# -- extraction's call order and tracing on the CPU ---------------------------------------
+
+
+def _call_order(table) -> list[tuple[int, str]]:
+    return sorted(
+        (int(p), t.rsplit(".", 1)[-1])
+        for t, ps in zip(table["type"], table["positions"], strict=True)
+        for p in ps.split(",")
+    )
+
+
+def test_extraction_positions_give_the_forward_passs_call_order():
+    from opcost.extract import extract_model_input
+    from opcost.names import ModelInput
+
+    table = extract_model_input(ModelInput("resnet18", (1, 3, 32, 32)))
+    order = _call_order(table)
+    assert [p for p, _ in order] == list(range(int(table["count"].sum())))
+    names = [n for _, n in order]
+    # ResNet.forward: ... avgpool, torch.flatten, fc (flatten is a functional call of the
+    # top module, recorded before fc although fc's module call ends first).
+    assert names[:4] == ["Conv2d", "BatchNorm2d", "ReLU", "MaxPool2d"]
+    assert names[-3:] == ["AdaptiveAvgPool2d", "flatten", "Linear"]
+
+
+@pytest.mark.parametrize("mode", ["inference", "training"])
+def test_a_traced_network_finds_extractions_ops_in_extractions_order(mode, tmp_path):
+    from opcost import profile, tracing
+    from opcost.config import GpuConfig
+    from opcost.extract import extract_model_input
+    from opcost.names import ModelInput, parse_setting
+
+    mi = ModelInput("resnet18", (2, 3, 32, 32))  # batch norm trains on 2 values or more
+    table = extract_model_input(mi)
+    order = [
+        oid
+        for _, oid in sorted(
+            (int(p), oid)
+            for oid, ps in zip(table["op_id"], table["positions"], strict=True)
+            for p in ps.split(",")
+        )
+    ]
+    gpu = GpuConfig("local", "cpu", True, "float32", (parse_setting("default"),), None, None)
+    record = tracing.trace_job(
+        kind="network",
+        gpu=gpu,
+        setting=parse_setting("default"),
+        mode=mode,
+        profile_config=dict(profile.profile_defaults()),
+        json_path=tmp_path / "net.json",
+        model_input=mi,
+    )
+    assert json.loads((tmp_path / "net.json").read_text())["status"] == "ok"
+    forward = [r for r in record["breakdown"] if r["phase"] == "forward" and r["call"] is not None]
+    assert [r["call"] for r in forward] == list(range(len(order)))
+    assert [r["op_id"] for r in forward] == order
+    assert record["host_time_s"] > 0
+    assert record["gpu_time_s"] == 0.0
+    assert record["host_cpu"]
+    assert record["host_probe_s"] > 0
+    if mode == "training":
+        assert 0 < record["forward_host_time_s"] < record["host_time_s"]
+        assert any(r["phase"] == "backward" and r["call"] is not None for r in record["breakdown"])
+    assert math.isfinite(record["wall_time_s"])
+    assert record["wall_time_s"] > 0

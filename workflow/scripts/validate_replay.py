@@ -1,0 +1,15 @@
+"""Networks replayed from their ops against their measured time (rule validate_replay)."""
+
+import pandas as pd
+
+from opcost.io import read_parquet, write_csv_atomic, write_parquet_atomic
+from opcost.validate.replay import call_sequences, replay_validation
+
+sm = snakemake  # noqa: F821 (injected by Snakemake)
+dataset = pd.concat([read_parquet(p) for p in sm.input.datasets], ignore_index=True)
+breakdown = pd.concat([read_parquet(p) for p in sm.input.breakdowns], ignore_index=True)
+table = replay_validation(dataset, call_sequences(sm.input.ops), breakdown)
+write_parquet_atomic(table, sm.output.table)
+write_csv_atomic(table, sm.output.summary)
+with open(sm.log[0], "w") as log:
+    log.write(f"{len(table)} traced networks replayed\n")
