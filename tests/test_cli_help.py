@@ -42,3 +42,45 @@ def test_help_shows_examples_that_parse(capsys, command):
             assert words[1] == command
         args = build_parser().parse_args(words[1:])  # exits 2 on an unknown option
         assert args.command == words[1]
+
+
+def run_with_stderr(argv: list[str], tty: bool) -> str:
+    """``opcost ARGV`` in a fresh interpreter, its stderr a terminal or a pipe; its stderr."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO / "tests")])}
+    command = [sys.executable, "-m", "opcost.cli", *argv]
+    if not tty:
+        done = subprocess.run(command, capture_output=True, env=env, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stderr.decode()
+    parent, child = pty.openpty()
+    # A terminal of 80 columns (a new pseudo-terminal has 0, where tqdm draws nothing).
+    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=child, env=env) as proc:
+        os.close(child)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(parent, 4096)
+            except OSError:  # the terminal closed: the process is done
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        assert proc.wait(timeout=120) == 0
+    os.close(parent)
+    return b"".join(chunks).decode(errors="replace")
+
+
+def test_progress_shows_on_a_terminal_only(predictors):
+    argv = ["predict", "--ops", str(REPO / "tests/data/h100/ops/resnet18_4x3x64x64.parquet")]
+    argv += ["--predictors", str(predictors)]
+    assert "predict: " in run_with_stderr(argv, tty=True)
+    assert run_with_stderr(argv, tty=False) == ""
