@@ -6,11 +6,15 @@
     opcost predict --model resnet50 --input 32,3,224,224 [--mode training]
                    [--predictors results/predictors] [--format table|csv|json]
     opcost predict --ops ops.parquet ...
+    opcost predict --model resnet50 --input 32,3,224,224 [--cache-dir DIR | --no-cache]
     opcost train --dataset results/dataset/h100.parquet --ops results/ops/*.parquet --gpu h100
     opcost plan --configfile config/my-study.yaml [--profile profiles/slurm] [--batch-size N]
 
 A model is a torchvision model name (built without weights) or a user's import path
-``package.module:factory``. Errors end with a one-line message on stderr and exit code 2.
+``package.module:factory``. The op table of a torchvision model is cached
+(:mod:`opcost.opcache`), so that predicting it again imports no torch. ``opcost --version``
+prints the installed version; each command's ``--help`` ends with examples. Errors end with
+a one-line message on stderr and exit code 2.
 """
 
 from __future__ import annotations
