@@ -16,11 +16,20 @@ counts. Then it times, ``--repeat`` times each, and prints the median (and the r
   numpy, pandas and pyarrow, loading, predicting, printing), and its CPU time (user +
   system), which depends less than wall time on what else the machine runs.
 
+With ``--model NAME --input SHAPE`` it times the path users take instead,
+``opcost predict --model NAME --input SHAPE --format csv`` in a fresh interpreter: the
+first call, which extracts the network's operations (importing torch and torchvision)
+and caches its op table in an empty cache directory, then ``--repeat`` calls that read
+the cached table (no torch import), and, for comparison, a fresh interpreter that only
+imports torch and torchvision. ``--predictors DIR`` uses trained predictors (else the
+synthetic ones).
+
 The load average is printed with the times: on a shared machine, compare runs made under a
 similar load.
 
 Usage: ``python bench/predict_speed.py [--ops 200] [--gpus 3] [--train-ops 500] [--trees 300]
-[--cores 2] [--repeat 5] [--workdir DIR]``. ``--cores N`` pins this process and the command
+[--cores 2] [--repeat 5] [--workdir DIR] [--model NAME --input SHAPE [--predictors DIR]]``.
+``--cores N`` pins this process and the command
 to the first N CPUs (Linux), to measure "a 2-core CPU" on a bigger machine. ``--workdir``
 keeps the study in DIR and reuses it on a later run with the same sizes (training takes
 tens of seconds), e.g. to time two versions of opcost on the same models.
@@ -207,9 +216,15 @@ def main() -> None:
     parser.add_argument("--cores", type=int, default=0, help="pin to the first N CPUs")
     parser.add_argument("--repeat", type=int, default=5, help="timed runs; the median is shown")
     parser.add_argument("--workdir", type=Path, help="keep the study here, reuse it if it fits")
+    parser.add_argument("--model", help="time 'opcost predict --model' for this network")
+    parser.add_argument("--input", default="16,3,224,224", help="its input shape")
+    parser.add_argument("--predictors", type=Path, help="trained predictors for --model")
     args = parser.parse_args()
     if args.cores:
         os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[: args.cores]))
+    if args.model:
+        model_path(args)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         work = args.workdir or Path(tmp)
         root, ops_path, train_s = build_study(work, args)
@@ -247,6 +262,39 @@ def main() -> None:
     print(f"command (fresh interpreter, imports included): {summary(wall)}")
     print(f"command CPU time (user + system): {summary(cpu)}")
     print(f"median time prediction: {np.median(result.table['time_s']) * 1e3:.3g} ms")
+
+
+def timed(command: list[str]) -> float:
+    """Wall time of one command, which must succeed."""
+    t0 = time.perf_counter()
+    subprocess.run(command, check=True, capture_output=True)
+    return time.perf_counter() - t0
+
+
+def model_path(args: argparse.Namespace) -> None:
+    """Time ``opcost predict --model``: a first call, cached repeats, and importing torch."""
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        root = args.predictors or build_study(args.workdir or work, args)[0]
+        command = [sys.executable, "-m", "opcost.cli", "predict", "--model", args.model]
+        command += ["--input", args.input, "--predictors", str(root), "--format", "csv"]
+        command += ["--cache-dir", str(work / "cache")]
+        load_before = os.getloadavg()[0]
+        first = timed(command)
+        repeat = [timed(command) for _ in range(args.repeat)]
+        imports = [
+            timed([sys.executable, "-c", "import torch, torchvision"]) for _ in range(args.repeat)
+        ]
+        load_after = os.getloadavg()[0]
+    gpus = sorted(p.parent.name for p in Path(root).glob("*/manifest.json"))
+    print(
+        f"opcost predict --model {args.model} --input {args.input} --format csv, fresh "
+        f"interpreter; predictors {', '.join(gpus)}; CPUs: {len(os.sched_getaffinity(0))}; "
+        f"1-min load average {load_before:.2f} before, {load_after:.2f} after"
+    )
+    print(f"first call (extracts, caches the op table): {first:.2f} s")
+    print(f"repeat (cached op table, no torch import): {summary(repeat)}")
+    print(f"import torch, torchvision alone: {summary(imports)}")
 
 
 def summary(seconds: list[float]) -> str:

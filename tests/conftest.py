@@ -15,6 +15,13 @@ FAKES = TESTS / "fakes"
 sys.path.insert(0, str(TESTS))
 
 
+@pytest.fixture(autouse=True)
+def _private_op_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Each test's `opcost extract`/`predict` caches op tables in its own directory, not
+    the user's (opcost.opcache): no test sees another's entries."""
+    monkeypatch.setenv("OPCOST_CACHE_DIR", str(tmp_path / "opcost-op-cache"))
+
+
 @pytest.fixture
 def repo() -> Path:
     return REPO

@@ -6,11 +6,15 @@
     opcost predict --model resnet50 --input 32,3,224,224 [--mode training]
                    [--predictors results/predictors] [--format table|csv|json]
     opcost predict --ops ops.parquet ...
+    opcost predict --model resnet50 --input 32,3,224,224 [--cache-dir DIR | --no-cache]
     opcost train --dataset results/dataset/h100.parquet --ops results/ops/*.parquet --gpu h100
     opcost plan --configfile config/my-study.yaml [--profile profiles/slurm] [--batch-size N]
 
 A model is a torchvision model name (built without weights) or a user's import path
-``package.module:factory``. Errors end with a one-line message on stderr and exit code 2.
+``package.module:factory``. The op table of a torchvision model is cached
+(:mod:`opcost.opcache`), so that predicting it again imports no torch. ``opcost --version``
+prints the installed version; each command's ``--help`` ends with examples. Errors end with
+a one-line message on stderr and exit code 2.
 """
 
 from __future__ import annotations
@@ -60,12 +64,22 @@ def _progress(total: int, desc: str):
     return tqdm(total=total, desc=desc, file=sys.stderr, disable=None, leave=False)
 
 
-def _extract(model: str, shape_text: str, functional: bool) -> pd.DataFrame:
-    from opcost.extract import extract_model_input
-    from opcost.names import ModelInput
+def _extract(args: argparse.Namespace) -> pd.DataFrame:
+    """The op table of ``--model`` at ``--input``, from the op cache where it holds it."""
+    from opcost.opcache import cache_dir, extract_cached
 
-    return extract_model_input(
-        ModelInput(model, parse_shape(shape_text)), functional_ops=functional
+    shape = parse_shape(args.input)
+    functional = not args.no_functional
+
+    def extract() -> pd.DataFrame:
+        from opcost.extract import extract_model_input
+        from opcost.names import ModelInput
+
+        return extract_model_input(ModelInput(args.model, shape), functional_ops=functional)
+
+    directory = None if args.no_cache else cache_dir(args.cache_dir)
+    return extract_cached(
+        args.model, shape, functional, extract, directory, lambda line: print(line, file=sys.stderr)
     )
 
 
@@ -81,7 +95,7 @@ def _input_shapes(spec: str) -> str:
 def cmd_extract(args: argparse.Namespace) -> int:
     with _progress(2, "extract") as bar:
         bar.set_postfix_str(args.model)
-        table = _extract(args.model, args.input, not args.no_functional)
+        table = _extract(args)
         bar.update()
         if args.out:
             from opcost.io import write_parquet_atomic
@@ -242,7 +256,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
             ops = read_ops_table(args.ops)
         else:
             bar.set_postfix_str(f"extract {args.model}")
-            ops = _extract(args.model, args.input, not args.no_functional)
+            ops = _extract(args)
         bar.update()
         bar.set_postfix_str("predict")
         result = predict_networks(predictors, ops, modes)
@@ -364,17 +378,80 @@ def _num(value: Any) -> float:
     return float("nan") if value is None else float(value)
 
 
+def _version() -> str:
+    """The installed package's version (its metadata), else the source tree's."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("opcost")
+    except metadata.PackageNotFoundError:
+        from opcost import __version__
+
+        return __version__
+
+
+def _cache_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        help="where extracted op tables of torchvision models are kept, so that a repeat "
+        "imports no torch (default $OPCOST_CACHE_DIR, else $XDG_CACHE_HOME/opcost/ops, "
+        "else ~/.cache/opcost/ops)",
+    )
+    parser.add_argument(
+        "--no-cache", action="store_true", help="extract again; neither read nor write the cache"
+    )
+
+
+def _sub(sub: Any, name: str, help: str, examples: str) -> argparse.ArgumentParser:
+    """A subcommand whose --help ends with examples."""
+    return sub.add_parser(
+        name,
+        help=help,
+        description=help[0].upper() + help[1:] + ".",
+        epilog="examples:\n" + examples,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+EXAMPLES = {
+    "extract": """\
+  opcost extract --model resnet50 --input 32,3,224,224
+  opcost extract --model mypkg.nets:make_net --input 16,3,128,128 --out net.parquet""",
+    "predict": """\
+  opcost predict --model resnet50 --input 8,3,224,224
+  opcost predict --model resnet50 --input 8,3,224,224 --mode training --format json
+  opcost predict --ops net.parquet --predictors /data/predictors""",
+    "train": """\
+  opcost train --dataset results/dataset/h100.parquet --ops results/ops/*_*.parquet \\
+      --gpu h100 --config config/config.yaml""",
+    "plan": """\
+  opcost plan --configfile config/my-study.yaml
+  opcost plan --configfile config/my-study.yaml --batch-size 20 --format json""",
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="opcost",
-        description="Time, power and energy of PyTorch networks on NVIDIA GPUs, "
-        "operation by operation.",
+        description="Time, power and energy of PyTorch networks on NVIDIA GPUs, operation by "
+        "operation.\n'opcost COMMAND --help' explains a command, with examples.",
+        epilog="""examples:
+  opcost predict --model resnet50 --input 8,3,224,224
+  opcost extract --model resnet50 --input 32,3,224,224
+  opcost plan --configfile config/my-study.yaml
+
+The measurements and the predictors come from the pipeline: run 'snakemake' (README.md).""",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"opcost {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     model_help = "torchvision model name (e.g. resnet50) or import path package.module:factory"
     input_help = "input shape, comma-separated, e.g. 32,3,224,224"
 
-    ext = sub.add_parser("extract", help="list a network's operations and how often each runs")
+    ext = _sub(
+        sub, "extract", "list a network's operations and how often each runs", EXAMPLES["extract"]
+    )
     ext.add_argument("--model", required=True, help=model_help)
     ext.add_argument("--input", required=True, help=input_help)
     ext.add_argument(
@@ -383,11 +460,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="record leaf modules only, not functional ops (residual adds, flatten, ...)",
     )
     ext.add_argument("--out", help="also write the op table to this Parquet file")
+    _cache_options(ext)
     ext.set_defaults(func=cmd_extract)
 
-    pred = sub.add_parser(
+    pred = _sub(
+        sub,
         "predict",
-        help="predict a network's time, power and energy on every trained GPU and setting",
+        "predict a network's time, power and energy on every trained GPU and setting",
+        EXAMPLES["predict"],
     )
     pred.add_argument("--model", help=model_help)
     pred.add_argument("--input", help=input_help)
@@ -402,12 +482,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pred.add_argument("--format", choices=("table", "csv", "json"), default="table")
     pred.add_argument("--no-functional", action="store_true", help="as for extract")
+    _cache_options(pred)
     pred.set_defaults(func=cmd_predict)
 
-    tr = sub.add_parser(
+    tr = _sub(
+        sub,
         "train",
-        help="train and validate one GPU configuration's predictor from its dataset "
+        "train and validate one GPU configuration's predictor from its dataset "
         "(what the workflow's train rule does)",
+        EXAMPLES["train"],
     )
     tr.add_argument("--dataset", required=True, help="results/dataset/{gpu}.parquet")
     tr.add_argument(
@@ -418,10 +501,12 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--config", help="study config whose train section to use (else defaults)")
     tr.set_defaults(func=cmd_train)
 
-    pl = sub.add_parser(
+    pl = _sub(
+        sub,
         "plan",
-        help="before a run: how many ops, measurements, SLURM batches and GPU-hours a "
+        "before a run: how many ops, measurements, SLURM batches and GPU-hours a "
         "study needs per GPU configuration, less what results/raw already holds",
+        EXAMPLES["plan"],
     )
     pl.add_argument("--configfile", required=True, type=Path, help="the study's config file")
     pl.add_argument(
