@@ -204,3 +204,71 @@ def test_a_traced_network_finds_extractions_ops_in_extractions_order(mode, tmp_p
         assert any(r["phase"] == "backward" and r["call"] is not None for r in record["breakdown"])
     assert math.isfinite(record["wall_time_s"])
     assert record["wall_time_s"] > 0
+
+
+# -- evaluate joins traces; validation replays the committed Hopper data -------------------
+
+HOPPER = Path(__file__).parent / "data" / "hopper"
+
+
+def test_evaluate_joins_each_measurement_to_its_trace_and_keeps_networks_breakdowns(tmp_path):
+    import tarfile
+
+    from opcost.evaluate import breakdown_table, evaluate_files
+
+    oid, net = "86c1b97e9ba896cd", "squeezenet1_1_1x3x224x224"
+    wanted = [
+        f"results/raw/h100/default/inference/ops/{oid}",
+        f"results/raw/h100/default/inference/networks/{net}",
+    ]
+    with tarfile.open(HOPPER / "h100" / "raw_and_logs.tar.gz") as tar:
+        tar.extractall(
+            tmp_path,
+            [tar.getmember(f"{w}.{ext}") for w in wanted for ext in ("json", "csv")],
+            filter="data",
+        )
+    with tarfile.open(HOPPER / "h100" / "traces.tar.gz") as tar:
+        members = [
+            tar.getmember(
+                w.replace("/ops/", "/traces/ops/").replace("/networks/", "/traces/networks/")
+                + ".json"
+            )
+            for w in wanted
+        ]
+        tar.extractall(tmp_path, members, filter="data")
+    jsons = [str(tmp_path / f"{w}.json") for w in wanted]
+    dataset, _ = evaluate_files(jsons, "h100")
+    for member, (_, row) in zip(members, dataset.iterrows(), strict=True):
+        trace = json.loads((tmp_path / member.name).read_text())
+        assert row["gpu_time_s"] == trace["gpu_time_s"]
+        assert row["host_time_s"] == trace["host_time_s"]
+        assert row["trace_wall_time_s"] == trace["wall_time_s"]
+        assert row["host_cpu"] == trace["host_cpu"]
+    breakdown = breakdown_table(jsons)
+    trace = json.loads((tmp_path / members[1].name).read_text())
+    assert len(breakdown) == len(trace["breakdown"])
+    assert breakdown["gpu_s"].sum() == pytest.approx(sum(s["gpu_s"] for s in trace["breakdown"]))
+    calls = breakdown.dropna(subset=["call"])["call"].astype(int).tolist()
+    assert calls == list(range(66))
+
+
+def test_replayed_networks_lie_between_what_host_and_gpu_alone_need_and_their_sum():
+    import pandas as pd
+
+    from opcost.validate.replay import call_sequences, replay_validation
+
+    gpu = "h100"
+    dataset = pd.read_parquet(HOPPER / gpu / "dataset" / f"{gpu}.parquet")
+    breakdown = pd.read_parquet(HOPPER / gpu / "dataset" / f"{gpu}.breakdown.parquet")
+    seqs = call_sequences(sorted((HOPPER / "ops").glob("*x*.parquet")))
+    table = replay_validation(dataset, seqs, breakdown)
+    assert len(table) == 32  # 16 networks, 2 modes
+    ops = dataset[dataset["kind"] == "op"].set_index(["mode", "op_id"])
+    for _, row in table.iterrows():
+        o = ops.loc[row["mode"]].reindex(seqs[row["model_input"]])
+        host, gpu_s = o["host_time_s"].sum(), o["gpu_time_s"].sum()
+        # A step needs at least all host work or all kernels, at most both one after the other
+        # (plus the kernels' gaps and a synchronisation: a few µs per kernel).
+        assert row["replay_isolated_time_s"] >= max(host, gpu_s) * 0.999
+        slack = o["n_kernels"].sum() * 5e-6 + 1e-4
+        assert row["replay_isolated_time_s"] <= host + gpu_s + slack

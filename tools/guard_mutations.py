@@ -50,7 +50,7 @@ class Guard:
     """One guard, the mutation that removes it, and the test that must notice."""
 
     name: str
-    category: str  # "bad input", "faults" or "security"
+    category: str  # "bad input", "faults", "security", or "method" (the method's own rules)
     path: str  # file in the repository
     old: str  # exact text; must occur exactly once in ``path``
     new: str
