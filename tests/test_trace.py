@@ -272,3 +272,23 @@ def test_replayed_networks_lie_between_what_host_and_gpu_alone_need_and_their_su
         assert row["replay_isolated_time_s"] >= max(host, gpu_s) * 0.999
         slack = o["n_kernels"].sum() * 5e-6 + 1e-4
         assert row["replay_isolated_time_s"] <= host + gpu_s + slack
+
+
+def test_replay_figure_plots_each_networks_predicted_over_measured_time():
+    import numpy as np
+    import pandas as pd
+
+    from opcost.figures.validation import replay_figure
+    from opcost.validate.replay import call_sequences, replay_validation
+
+    study = Path(__file__).parent / "data" / "hopper-large"
+    dataset = pd.read_parquet(study / "h200" / "dataset" / "h200.parquet")
+    breakdown = pd.read_parquet(study / "h200" / "dataset" / "h200.breakdown.parquet")
+    table = replay_validation(
+        dataset, call_sequences(sorted((study / "ops").glob("*x*.parquet"))), breakdown
+    )
+    fig = replay_figure(table)
+    inference = table[table["mode"] == "inference"]
+    plotted = np.concatenate([c.get_offsets()[:, 1] for c in fig.axes[0].collections[2:4]])
+    expected = inference["replay_isolated_time_s"] / inference["trace_wall_time_s"]
+    assert sorted(plotted) == pytest.approx(sorted(expected))

@@ -37,7 +37,7 @@ rule validate_replay:
         table="results/validation/replay.parquet",
         summary=report(
             "results/validation/replay.csv",
-            caption="../report/replay.rst",
+            caption="../report/replay_table.rst",
             category="Dataset validation",
         ),
     log:

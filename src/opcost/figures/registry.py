@@ -30,12 +30,18 @@ from opcost.figures.prediction import (
     prediction_ops_figure,
 )
 from opcost.figures.style import FigureError, FigureStyle, save_figure
-from opcost.figures.validation import network_energy_figure, settings_figure, validation_figure
+from opcost.figures.validation import (
+    network_energy_figure,
+    replay_figure,
+    settings_figure,
+    validation_figure,
+)
 from opcost.io import read_parquet
 
 DATASET_VALIDATION = "results/validation/dataset_validation.parquet"
 PREDICTION_OPS = "results/validation/prediction_ops.parquet"
 PREDICTION_NETWORKS = "results/validation/prediction_networks.parquet"
+REPLAY = "results/validation/replay.parquet"
 #: The tables ``rule all`` builds besides the figures.
 TABLES = (DATASET_VALIDATION, "results/validation/prediction_metrics.parquet")
 
@@ -47,6 +53,11 @@ Draw = Callable[[Mapping[str, str], FigureStyle, Mapping[str, Any]], Figure]
 
 def _always(study: Study) -> bool:
     return True
+
+
+def _traced(study: Study) -> bool:
+    """Whether the study traces (a CUDA configuration): only then is there a replay."""
+    return any(g.device == "cuda" for g in study.gpus.values())
 
 
 @dataclass(frozen=True)
@@ -181,6 +192,7 @@ FIGURES: tuple[FigureEntry, ...] = (
         DATASET,
         in_all=_several_settings,
     ),
+    _on_table("replay", replay_figure, "replay", REPLAY, DATASET, in_all=_traced),
     _on_table("prediction_ops", prediction_ops_figure, "ops", PREDICTION_OPS, PREDICTION),
     _on_table("prediction_errors", prediction_errors_figure, "ops", PREDICTION_OPS, PREDICTION),
     _on_table("prediction_op_types", prediction_op_types_figure, "ops", PREDICTION_OPS, PREDICTION),

@@ -263,3 +263,48 @@ def settings_figure(table: pd.DataFrame, style: FigureStyle | None = None) -> Fi
         fig.legend(handles=handles, loc="outside right upper", frameon=False)
         fig.suptitle(title)
     return fig
+
+
+def replay_figure(table: pd.DataFrame, style: FigureStyle | None = None) -> Figure:
+    """Plain sum (thesis 5.1) and replays against the measured step, per mode.
+
+    x: the time per step the trace job measured; y: predicted over measured, for the
+    plain sum of the isolated ops' wall times, the replay of the isolated ops, and the
+    replay of the network's own traced breakdown (``opcost.validate.replay``); filled
+    markers where the GPU sets the pace.
+    """
+    style = style or FigureStyle()
+    title = "Networks: plain sum and replay against measurement"
+    if table.empty:
+        return message_figure(title, "no traced networks (CUDA configurations only)", style)
+    modes = [m for m in MODES if m in set(table["mode"])]
+    series = (
+        ("plain_sum_trace_wall_time_s", "plain sum (5.1)", "tab:gray", "s"),
+        ("replay_isolated_time_s", "replay, isolated ops", "tab:blue", "o"),
+        ("replay_own_time_s", "replay, own breakdown", "tab:orange", "^"),
+    )
+    with mpl.rc_context(style.rc()):
+        fig = Figure(figsize=(6.4 * len(modes), 4.2), layout="constrained")
+        axes = fig.subplots(1, len(modes), squeeze=False)[0]
+        for ax, mode in zip(axes, modes, strict=True):
+            rows = table[table["mode"] == mode]
+            x = rows["trace_wall_time_s"] * 1e3
+            gpu_bound = rows["gpu_time_s"] >= rows["host_time_s"]
+            for column, label, color, marker in series:
+                ratio = rows[column] / rows["trace_wall_time_s"]
+                ax.scatter(x[gpu_bound], ratio[gpu_bound], c=color, marker=marker, label=label)
+                ax.scatter(
+                    x[~gpu_bound],
+                    ratio[~gpu_bound],
+                    facecolors="none",
+                    edgecolors=color,
+                    marker=marker,
+                )
+            ax.axhline(1.0, color="black", lw=0.8)
+            ax.set_xscale("log")
+            ax.set_xlabel("measured time per step (ms)")
+            ax.set_ylabel("predicted / measured")
+            ax.set_title(f"{mode} (filled: GPU sets the pace)")
+        axes[0].legend()
+        fig.suptitle(title)
+    return fig
