@@ -26,7 +26,7 @@ import gzip
 import json
 import statistics
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +72,6 @@ class Span:
     end_us: float
     gpu_us: float = 0.0
     n_kernels: int = 0
-    launches: list[float] = field(default_factory=list)
 
     @property
     def host_s(self) -> float:
@@ -308,13 +307,13 @@ def breakdown(trace: dict[str, Any]) -> list[list[Span]]:
 
 
 def mean_breakdown(per_step: Iterable[list[Span]]) -> list[dict[str, Any]]:
-    """The spans of identical steps averaged position by position (host, GPU, kernels)."""
+    """The spans of identical steps averaged position by position (host, GPU, kernels);
+    steps whose spans differ in number from the first's are left out."""
     per_step = list(per_step)
-    n = min(len(s) for s in per_step)
     same = [s for s in per_step if len(s) == len(per_step[0])]
     rows = []
-    for i in range(len(same[0]) if same else n):
-        group = [s[i] for s in (same or per_step)]
+    for i in range(len(same[0])):
+        group = [s[i] for s in same]
         first = group[0]
         rows.append(
             {

@@ -144,6 +144,33 @@ def _gpu_facts(uuid: str) -> tuple[Any, tuple[str, ...]]:
     return nvsmi.gpu_info(uuid), tuple(nvsmi.supported_fields(uuid, nvsmi.DEFAULT_FIELDS))
 
 
+def check_setting_applicable(device: str, setting: Setting) -> None:
+    """Raise ``ProfileError`` for a setting other than ``default`` off a CUDA GPU."""
+    if device != "cuda" and setting.kind != "default":
+        # Nothing here can apply it: measuring anyway would record the card as it is
+        # under the setting's name.
+        raise ProfileError(
+            f"GPU setting {setting.name!r} cannot be applied: the job runs on the {device}, "
+            "not a CUDA GPU; run it on a GPU node, or profile only the setting 'default'"
+        )
+
+
+def gpu_identity(record: dict[str, Any]) -> tuple[str, Any, tuple[str, ...]]:
+    """The current CUDA GPU's UUID, facts and loggable fields; its UUID, name and driver
+    into ``record``."""
+    from opcost import nvml
+
+    uuid = nvml.cuda_device_uuid(torch.cuda.current_device())
+    info, fields = _gpu_facts(uuid)
+    record.update(gpu_uuid=uuid, gpu_name=info.name, driver_version=info.driver_version)
+    return uuid, info, fields
+
+
+def setting_command(profile_config: dict[str, Any]) -> tuple[str, ...]:
+    """The command that applies and restores a GPU setting (``opcost.gpu_setting``)."""
+    return tuple(_profile_option(profile_config, "setting_command"))
+
+
 @contextlib.contextmanager
 def power_log(
     csv_path: Path,
@@ -164,13 +191,7 @@ def power_log(
     setting other than ``default`` off a CUDA GPU raises ``ProfileError``: nothing could
     apply it.
     """
-    if device != "cuda" and setting.kind != "default":
-        # Nothing here can apply it: measuring anyway would record the card as it is
-        # under the setting's name.
-        raise ProfileError(
-            f"GPU setting {setting.name!r} cannot be applied: the job runs on the {device}, "
-            "not a CUDA GPU; run it on a GPU node, or profile only the setting 'default'"
-        )
+    check_setting_applicable(device, setting)
     tmp_csv = staged_path(csv_path)
     try:
         if device == "cuda":
@@ -201,18 +222,14 @@ def _gpu_power_log(
     from opcost import gpu_setting, nvml
     from opcost.nvsmi_logger import PowerLogger
 
-    uuid = nvml.cuda_device_uuid(torch.cuda.current_device())
-    info, fields = _gpu_facts(uuid)
+    uuid, info, fields = gpu_identity(record)
     record.update(
-        gpu_uuid=uuid,
-        gpu_name=info.name,
-        driver_version=info.driver_version,
         power_available=True,
         power_fields=list(fields),
         power_interval_ms=int(_profile_option(profile_config, "power_interval_ms")),
         power_limit_default_w=info.power_default_limit_w,
     )
-    command = tuple(_profile_option(profile_config, "setting_command"))
+    command = setting_command(profile_config)
     job_log = (
         PowerLogger(job_log_path, uuid, fields, record["power_interval_ms"], start_grace_s=0)
         if job_log_path is not None
@@ -227,6 +244,32 @@ def _gpu_power_log(
         PowerLogger(tmp_csv, uuid, fields, record["power_interval_ms"], start_grace_s=0),
     ):
         yield counter.read_mj
+
+
+def job_record(
+    kind: str,
+    gpu: GpuConfig,
+    setting: Setting,
+    opts: harness.HarnessOptions,
+    schema_version: int,
+    *,
+    spec: dict[str, Any] | None,
+    model_input: ModelInput | None,
+    op_id: str | None,
+) -> dict[str, Any]:
+    """A measuring job's record before it measures: :func:`record_header`, what it
+    measures, the setting's request, and ``status: ok`` until something fails."""
+    record = record_header(kind, gpu.name, setting.name, opts, schema_version)
+    record.update(
+        status="ok",
+        failure_reason=None,
+        op_id=op_id,
+        model_input=model_input.name if model_input else None,
+        spec=spec,
+        requested_sm_clock_mhz=setting.sm_clock_mhz,
+        requested_power_limit_w=setting.power_limit_w,
+    )
+    return record
 
 
 def profile_job(
@@ -258,18 +301,17 @@ def profile_job(
         existing = measured_pair(csv_path, json_path)
         if existing is not None:
             return existing
-        record = record_header(kind, gpu.name, setting.name, opts, SCHEMA_VERSION)
-        record.update(
-            status="ok",
-            failure_reason=None,
-            op_id=op_id,
-            model_input=model_input.name if model_input else None,
+        record = job_record(
+            kind,
+            gpu,
+            setting,
+            opts,
+            SCHEMA_VERSION,
             spec=spec,
-            requested_sm_clock_mhz=setting.sm_clock_mhz,
-            requested_power_limit_w=setting.power_limit_w,
-            min_run_time_s=opts.min_run_time_s,
-            device_lock_wait_s=round(lock_wait_s, 3),
+            model_input=model_input,
+            op_id=op_id,
         )
+        record.update(min_run_time_s=opts.min_run_time_s, device_lock_wait_s=round(lock_wait_s, 3))
         if opts.device == "cuda":
             torch.cuda.reset_peak_memory_stats()
         harness.configure_numerics(opts)
@@ -421,26 +463,33 @@ def _measure_into(
     """Build the op or network and measure it; its timing, or why it failed, into ``record``."""
     workload = None
     try:
-        if kind == "op":
-            workload = harness.prepare_op(spec, opts)
-        else:
-            from opcost.extract import build_model
+        with failure_recorded(record):
+            if kind == "op":
+                workload = harness.prepare_op(spec, opts)
+            else:
+                from opcost.extract import build_model
 
-            net = build_model(model_input.model)
-            workload = harness.prepare_network(net, model_input.shape, opts)
-        timing = harness.measure(workload, opts, read_mj)
+                net = build_model(model_input.model)
+                workload = harness.prepare_network(net, model_input.shape, opts)
+            record.update(_timing_fields(harness.measure(workload, opts, read_mj)))
+    finally:
+        # Unbound here, so the caller's empty_cache can free its memory even while an
+        # exception (whose traceback holds this frame) propagates.
+        del workload
+
+
+@contextlib.contextmanager
+def failure_recorded(record: dict[str, Any]) -> Iterator[None]:
+    """Where the op cannot run here (:func:`_op_cannot_run`), ``status: failed`` and the
+    reason into ``record`` instead of the error; any other error propagates."""
+    try:
+        yield
     except harness.OpCannotRun as e:
         record.update(status="failed", failure_reason=str(e))
     except (RuntimeError, ValueError, NotImplementedError) as e:
         if not _op_cannot_run(e):
             raise
         record.update(status="failed", failure_reason=f"{type(e).__name__}: {e}"[:2000])
-    else:
-        record.update(_timing_fields(timing))
-    finally:
-        # Unbound here, so the caller's empty_cache can free its memory even while an
-        # exception (whose traceback holds this frame) propagates.
-        del workload
 
 
 def _op_cannot_run(error: BaseException) -> bool:

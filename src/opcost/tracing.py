@@ -41,9 +41,11 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode, resolve_name
 
-from opcost import harness, kineto
+from opcost import gpu_setting, harness, kineto, profile
 from opcost import spec as specs
 from opcost.errors import OpcostError
+from opcost.extract import _METADATA, _has_tensor
+from opcost.io import staged_path
 
 TRACE_STEPS = 4
 HOST_REPEATS = 11
@@ -120,10 +122,7 @@ def check_profiler_sees_kernels(device: str) -> None:
         with torch.autograd.profiler.record_function(kineto.STEP):
             x.add_(1.0)
         _sync(dev)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "trace.json"
-        prof.export_chrome_trace(str(path))
-        steps = kineto.steps(json.loads(path.read_text()))
+    steps = kineto.steps(_exported(prof))
     if not any(s.n_kernels for s in steps):
         raise TraceFailed(
             "torch.profiler recorded no GPU kernel for a plain add on this device: CUPTI "
@@ -164,9 +163,6 @@ class CallAnnotator(TorchFunctionMode):
 
     @contextlib.contextmanager
     def active(self, learning: bool = False) -> Iterator[None]:
-        from opcost.extract import _METADATA  # the same rules as extraction
-
-        self._metadata = _METADATA
         self.learning = learning
         self.counter = 0
         handles = []
@@ -232,17 +228,11 @@ class CallAnnotator(TorchFunctionMode):
             self._busy = False
         name = resolve_name(func)
         op_id = None
-        if name is not None and not self._metadata.search(name) and _has_tensor(result):
+        if name is not None and not _METADATA.search(name) and _has_tensor(result):
             spec = specs.make_spec("function", name, args, kwargs, result)
             op_id = specs.op_id(spec) if spec is not None else None
         self.calls[k] = op_id
         return result
-
-
-def _has_tensor(x: Any) -> bool:
-    from opcost.extract import _has_tensor as has
-
-    return has(x)
 
 
 def _spread(values: list[float]) -> float:
@@ -364,6 +354,11 @@ def _profile(
                         with rf(kineto.FORWARD), annotate():
                             workload.step()
             _sync(device)
+    return _exported(prof)
+
+
+def _exported(prof: torch.profiler.profile) -> dict[str, Any]:
+    """The profiler's Chrome trace, read back from the file it can only export to."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trace.json"
         prof.export_chrome_trace(str(path))
@@ -427,38 +422,29 @@ def trace_job(
     or ``status: failed`` with the reason where the op cannot run here. It is written
     whole and read-only, or not at all. The GPU setting is applied as for profiling.
     """
-    from opcost import profile
-
     json_path = Path(json_path)
     opts = profile.options_for(gpu, mode, profile_config)
     with profile.device_to_itself(opts.device):
-        record = profile.record_header(kind, gpu.name, setting.name, opts, TRACE_SCHEMA_VERSION)
-        record.update(
-            status="ok",
-            failure_reason=None,
-            op_id=op_id,
-            model_input=model_input.name if model_input else None,
+        record = profile.job_record(
+            kind,
+            gpu,
+            setting,
+            opts,
+            TRACE_SCHEMA_VERSION,
             spec=spec,
-            requested_sm_clock_mhz=setting.sm_clock_mhz,
-            requested_power_limit_w=setting.power_limit_w,
-            **host_facts(opts.device),
+            model_input=model_input,
+            op_id=op_id,
         )
+        record.update(host_facts(opts.device))
         harness.configure_numerics(opts)
         with _setting_applied(opts.device, setting, profile_config, record):
             try:
-                record.update(_trace(kind, spec, model_input, opts))
-            except harness.OpCannotRun as e:
-                record.update(status="failed", failure_reason=str(e))
-            except (RuntimeError, ValueError, NotImplementedError) as e:
-                if isinstance(e, OpcostError) or not profile._op_cannot_run(e):
-                    raise
-                record.update(status="failed", failure_reason=f"{type(e).__name__}: {e}"[:2000])
+                with profile.failure_recorded(record):
+                    record.update(_trace(kind, spec, model_input, opts))
             finally:
                 if opts.device == "cuda":
                     torch.cuda.empty_cache()
         record["finished_unix_s"] = time.time()
-        from opcost.io import staged_path
-
         staged = staged_path(json_path)
         try:
             profile._write_synced(staged, json.dumps(record, indent=1, sort_keys=True) + "\n")
@@ -473,23 +459,13 @@ def trace_job(
 def _setting_applied(
     device: str, setting: Any, profile_config: dict[str, Any], record: dict[str, Any]
 ) -> Iterator[None]:
+    """The GPU setting applied, and the GPU's identity in ``record``, as for profiling."""
+    profile.check_setting_applicable(device, setting)
     if device != "cuda":
-        if setting.kind != "default":
-            from opcost.profile import ProfileError
-
-            raise ProfileError(
-                f"GPU setting {setting.name!r} cannot be applied on the {device}: trace it "
-                "on a GPU node, or only the setting 'default'"
-            )
         yield
         return
-    from opcost import gpu_setting, nvml, profile
-
-    uuid = nvml.cuda_device_uuid(torch.cuda.current_device())
-    info, _ = profile._gpu_facts(uuid)
-    record.update(gpu_uuid=uuid, gpu_name=info.name, driver_version=info.driver_version)
-    command = tuple(profile._profile_option(profile_config, "setting_command"))
-    with gpu_setting.applied_setting(setting, uuid, command):
+    uuid, _, _ = profile.gpu_identity(record)
+    with gpu_setting.applied_setting(setting, uuid, profile.setting_command(profile_config)):
         yield
 
 

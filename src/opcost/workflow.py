@@ -124,14 +124,15 @@ def op_spec(unique_path: str | Path, op_id: str) -> str:
     return str(table.loc[op_id, "spec"])
 
 
-def raw_prefixes(study: Study, gpu: str, op_ids: list[str]) -> list[str]:
-    """Every raw measurement of one GPU configuration, as path prefixes (add .json/.csv)."""
+def raw_prefixes(study: Study, gpu: str, op_ids: list[str], under: str = "") -> list[str]:
+    """Every raw measurement of one GPU configuration, as path prefixes (add .json/.csv);
+    ``under="traces/"``: their traces' (add .json)."""
     out = []
     for setting in study.gpus[gpu].settings:
         for mode in study.modes:
-            base = f"results/raw/{gpu}/{setting.name}/{mode}"
-            out += [f"{base}/ops/{oid}" for oid in op_ids]
-            out += [f"{base}/networks/{mi.name}" for mi in study.model_inputs]
+            base = f"results/raw/{gpu}/{setting.name}/{mode}/{under}"
+            out += [f"{base}ops/{oid}" for oid in op_ids]
+            out += [f"{base}networks/{mi.name}" for mi in study.model_inputs]
     return out
 
 
@@ -165,13 +166,7 @@ def trace_prefixes(study: Study, gpu: str, op_ids: list[str]) -> list[str]:
     device is ``cuda`` (a CPU runs each op to its end before the next: nothing to replay)."""
     if study.gpus[gpu].device != "cuda":
         return []
-    out = []
-    for setting in study.gpus[gpu].settings:
-        for mode in study.modes:
-            base = f"results/raw/{gpu}/{setting.name}/{mode}/traces"
-            out += [f"{base}/ops/{oid}" for oid in op_ids]
-            out += [f"{base}/networks/{mi.name}" for mi in study.model_inputs]
-    return out
+    return raw_prefixes(study, gpu, op_ids, under="traces/")
 
 
 def run_trace(
@@ -193,12 +188,7 @@ def run_trace(
         op_id=getattr(wildcards, "op_id", None),
         model_input=study.model_input(wildcards.model_input) if kind == "network" else None,
     )
-    summary = {k: record.get(k) for k in ("status", "failure_reason", "device", "gpu_time_s")}
-    summary["job_wall_s"] = round(time.time() - started, 3)
-    summary["pid"] = os.getpid()
-    summary["worker_pid"] = worker.pid()
-    summary["slurm_job_id"] = os.environ.get("SLURM_JOB_ID")
-    write_atomic(log.job, json.dumps(summary) + "\n")
+    _write_job_log(log.job, record, ("status", "failure_reason", "device", "gpu_time_s"), started)
 
 
 def gpu_params(study: Study, gpu: str) -> dict[str, Any]:
@@ -244,13 +234,20 @@ def run_profile(
         model_input=study.model_input(wildcards.model_input) if kind == "network" else None,
         job_log_path=str(log.nvsmi),
     )
-    summary = {
-        k: record.get(k)
-        for k in ("status", "failure_reason", "device", "iterations", "total_time_s", "block_size")
-    }
+    keys = ("status", "failure_reason", "device", "iterations", "total_time_s", "block_size")
+    _write_job_log(log.job, record, keys, started)
+
+
+def _write_job_log(
+    path: Any, record: dict[str, Any], keys: tuple[str, ...], started: float
+) -> None:
+    """A measuring job's log: the record's ``keys``, its wall time, and which processes ran it
+    (on a cluster, one process runs a whole batch of these jobs)."""
+    from opcost import worker
+
+    summary = {k: record.get(k) for k in keys}
     summary["job_wall_s"] = round(time.time() - started, 3)
-    # Which process ran it: on a cluster, one process runs a whole batch of these jobs.
     summary["pid"] = os.getpid()
     summary["worker_pid"] = worker.pid()
     summary["slurm_job_id"] = os.environ.get("SLURM_JOB_ID")
-    write_atomic(log.job, json.dumps(summary) + "\n")
+    write_atomic(path, json.dumps(summary) + "\n")
