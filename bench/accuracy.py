@@ -40,8 +40,8 @@ from opcost.validate.dataset import dataset_validation, read_network_ops
 from opcost.validate.predictions import configuration_choice, prediction_networks
 
 REPO = Path(__file__).resolve().parents[1]
-HOPPER = "tests/data/hopper"
-HOPPER_LARGE = "tests/data/hopper-large"
+HOPPER = "data/hopper"
+HOPPER_LARGE = "data/hopper-large"
 #: The GPU configurations both issue #9 studies were measured on.
 HOPPER_GPUS = ("h100", "h200", "h100-notf32", "h200-notf32")
 STUDIES = {

@@ -3,7 +3,7 @@
     python bench/efficiency.py [RAW_DIR | RAW_TAR_GZ] [--max-gap-s S]
 
 Default: the committed real H100 sample (tests/data/h100/raw). A ``.tar.gz`` (a committed
-study's ``raw_and_logs.tar.gz``, e.g. tests/data/hopper/h100/) is read without unpacking
+study's ``raw_and_logs.tar.gz``, e.g. data/hopper/h100/) is read without unpacking
 it to disk. Reads every benchmark JSON,
 and prints the sum of timed windows, the profiling wall time, their ratio (1.0 is the
 limit), and the median per-job overhead in seconds (job wall time minus its timed window).

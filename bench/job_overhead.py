@@ -3,7 +3,7 @@
     python bench/job_overhead.py [--ops N] [--ops-table PARQUET] [--heap-objects N]
 
 Runs :func:`opcost.profile.profile_job` in this process on the first ``--ops`` operations
-of an op table (default: the issue #9 study's, tests/data/hopper/ops/unique.parquet),
+of an op table (default: the issue #9 study's, data/hopper/ops/unique.parquet),
 in both modes, on the local GPU (on the CPU without one: time only, no loggers), with the
 study's profile settings (config/hopper.yaml). Each step of the job is wrapped with a
 wall clock, and the median seconds per job of each step are printed, next to the timed
@@ -73,9 +73,7 @@ def _instrument() -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", type=int, default=40)
-    parser.add_argument(
-        "--ops-table", type=Path, default=REPO / "tests/data/hopper/ops/unique.parquet"
-    )
+    parser.add_argument("--ops-table", type=Path, default=REPO / "data/hopper/ops/unique.parquet")
     parser.add_argument("--config", type=Path, default=REPO / "config/hopper.yaml")
     parser.add_argument("--heap-objects", type=int, default=0)
     args = parser.parse_args(argv)

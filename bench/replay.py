@@ -1,6 +1,6 @@
 """Replay against measurement: prints issue 22's figures for traced datasets.
 
-    python bench/replay.py tests/data/hopper tests/data/hopper-large
+    python bench/replay.py data/hopper data/hopper-large
 
 For each study directory ({gpu}/dataset/{gpu}.parquet + .breakdown.parquet, ops/*.parquet)
 and GPU configuration with traces: per mode, the median and largest |miss| against the
@@ -36,9 +36,7 @@ def miss(pred: pd.Series, ref: pd.Series) -> pd.Series:
 
 
 def main() -> None:
-    tables = [
-        table(Path(p)) for p in sys.argv[1:] or ["tests/data/hopper", "tests/data/hopper-large"]
-    ]
+    tables = [table(Path(p)) for p in sys.argv[1:] or ["data/hopper", "data/hopper-large"]]
     t = pd.concat(tables, ignore_index=True)
     ref = t["trace_wall_time_s"]
     t["own"] = miss(t["replay_own_time_s"], ref)

@@ -183,7 +183,7 @@ MEASURED = [
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
-    """The raw logs of tests/data/hopper and tests/data/hopper-large (the issue #9
+    """The raw logs of data/hopper and data/hopper-large (the issue #9
     studies on the H100 and H200), unpacked."""
     root = tmp_path_factory.mktemp("hopper")
     for study, gpu in MEASURED:

@@ -185,7 +185,7 @@ def test_ops_with_contiguous_inputs_keep_the_op_ids_they_were_measured_under(mod
     """Specs name the strides only of non-contiguous inputs, so a network whose ops all
     take contiguous tensors keeps the op_ids of the committed study (extracted with the
     code before strides were recorded): its measurements stay valid."""
-    committed = pd.read_parquet(f"tests/data/hopper/ops/{model_input}.parquet")
+    committed = pd.read_parquet(f"data/hopper/ops/{model_input}.parquet")
     model, shape = model_input.rsplit("_", 1)
     fresh = extract_model_input(ModelInput(model, tuple(int(n) for n in shape.split("x"))))
     assert sorted(fresh["op_id"]) == sorted(committed["op_id"])

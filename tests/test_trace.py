@@ -208,7 +208,7 @@ def test_a_traced_network_finds_extractions_ops_in_extractions_order(mode, tmp_p
 
 # -- evaluate joins traces; validation replays the committed Hopper data -------------------
 
-HOPPER = Path(__file__).parent / "data" / "hopper"
+HOPPER = Path(__file__).parents[1] / "data" / "hopper"
 
 
 def test_evaluate_joins_each_measurement_to_its_trace_and_keeps_networks_breakdowns(tmp_path):
@@ -281,7 +281,7 @@ def test_replay_figure_plots_each_networks_predicted_over_measured_time():
     from opcost.figures.validation import replay_figure
     from opcost.validate.replay import call_sequences, replay_validation
 
-    study = Path(__file__).parent / "data" / "hopper-large"
+    study = Path(__file__).parents[1] / "data" / "hopper-large"
     dataset = pd.read_parquet(study / "h200" / "dataset" / "h200.parquet")
     breakdown = pd.read_parquet(study / "h200" / "dataset" / "h200.breakdown.parquet")
     table = replay_validation(

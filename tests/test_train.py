@@ -318,12 +318,12 @@ def test_encoding_refuses_a_bad_dataset(rows):
         fit_predictor(rows.assign(dtype="int4"), FAST, "h100")
 
 
-LARGE = Path(__file__).parent / "data" / "hopper-large"
+LARGE = Path(__file__).parents[1] / "data" / "hopper-large"
 
 
 @pytest.fixture(scope="module")
 def large_rows() -> pd.DataFrame:
-    """The H100's ops at batch 64 (tests/data/hopper-large), training mode."""
+    """The H100's ops at batch 64 (data/hopper-large), training mode."""
     rows = op_rows(pd.read_parquet(LARGE / "h100" / "dataset" / "h100.parquet"))
     return rows[rows["mode"] == "training"].reset_index(drop=True)
 

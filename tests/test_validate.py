@@ -417,11 +417,11 @@ def test_configuration_choice_names_the_measured_and_predicted_best():
 
 
 def test_overlap_estimate_on_the_batch_64_training_study():
-    """tests/data/hopper-large, H100, training: the overlap estimate computed here from the
+    """data/hopper-large, H100, training: the overlap estimate computed here from the
     dataset's rows (count x time x utilisation per op, by hand) is within 5 % of the
     measured network where the GPU is busy, for more sets than the plain sum."""
-    data = pd.read_parquet("tests/data/hopper-large/h100/dataset/h100.parquet")
-    tables = sorted(Path("tests/data/hopper-large/ops").glob("*_64x3x224x224.parquet"))
+    data = pd.read_parquet("data/hopper-large/h100/dataset/h100.parquet")
+    tables = sorted(Path("data/hopper-large/ops").glob("*_64x3x224x224.parquet"))
     table = dataset_validation(data, read_network_ops(tables))
     table = table[(table["ops_included"] == "all") & (table["mode"] == "training")]
     ops = data[(data["kind"] == "op") & (data["mode"] == "training")].set_index("op_id")
