@@ -77,7 +77,7 @@ TINY = ["--model", "toymodels.nets:tiny_mlp", "--input", "8,16"]
 
 @pytest.fixture
 def default_config(repo):
-    with open(repo / "config" / "config.yaml") as f:
+    with open(repo / "config" / "local.yaml") as f:
         return yaml.safe_load(f)
 
 
@@ -522,7 +522,7 @@ def test_extract_refuses_a_standard_library_factory_in_one_line(capsys, model):
     [
         pytest.param(
             "modles: []\n",
-            "  modles: unknown key; allowed here: models, modes, gpus, extract, profile, "
+            "  modles: unknown key; allowed here: models, modes, gpus, include, extract, profile, "
             "evaluate, train, sweep, figures\n",
             id="misspelt-top-level-key",
         ),

@@ -69,7 +69,14 @@ def predict_resnet18(capsys, predictors: Path, *options: str) -> tuple[int, str,
 def test_predict_from_an_op_table(capsys, predictors):
     code, out, err = predict_resnet18(capsys, predictors)
     assert code == 0, err
-    assert out.startswith("resnet18_4x3x64x64: 29 distinct operations, 69 calls")
+    head, body = out.split("\n\n", 1)
+    # Which predictors answered, each with its GPU, driver and torch (the sample's).
+    assert head.splitlines() == [
+        f"predictors ({predictors}):",
+        "  h100: NVIDIA H100 80GB HBM3, driver 580.159.04, torch 2.11.0+cu130, "
+        "measured 2026-11-22, 91 ops",
+    ]
+    assert body.startswith("resnet18_4x3x64x64: 29 distinct operations, 69 calls\n")
     assert "best for inference: fastest h100/default" in out
     assert "best for training: fastest h100/default" in out
     assert "needs more than one setting" in out

@@ -21,7 +21,7 @@ from opcost.config import (
 
 
 def test_default_config_loads_with_defaults_filled_in(repo):
-    study = load_study_file(repo / "config" / "config.yaml")
+    study = load_study_file(repo / "config" / "local.yaml")
     assert [mi.name for mi in study.model_inputs] == [
         "resnet18_4x3x64x64",
         "mobilenet_v3_small_4x3x64x64",
@@ -47,7 +47,8 @@ def test_every_shipped_study_config_loads(repo):
     assert len(paths) >= 4
     for path in paths:
         study = load_study_file(path)
-        assert study.model_inputs, path
+        # Each profiles networks, or (the default) includes the shipped measurements.
+        assert study.model_inputs or study.included, path
         if path.name in ("hopper.yaml", "hopper-large.yaml"):
             # issue #9: the two Hopper GPUs with TF32 on and off; eight networks at two
             # sizes, and the same eight at batch 64.
@@ -126,8 +127,8 @@ def test_misspelt_top_level_key_lists_the_allowed_keys():
     lines = str(info.value).splitlines()
     assert lines == [
         "invalid config:",
-        "  modles: unknown key; allowed here: models, modes, gpus, extract, profile, evaluate, "
-        "train, sweep, figures",
+        "  modles: unknown key; allowed here: models, modes, gpus, include, extract, profile, "
+        "evaluate, train, sweep, figures",
     ]
 
 
@@ -172,5 +173,5 @@ def test_a_model_missing_from_the_source_scan_is_checked_by_torchvision(repo, mo
     import opcost.config
 
     monkeypatch.setattr(opcost.config, "torchvision_model_names", frozenset)
-    study = load_study_file(repo / "config" / "config.yaml")
+    study = load_study_file(repo / "config" / "local.yaml")
     assert study.model_inputs[0].name == "resnet18_4x3x64x64"

@@ -28,6 +28,7 @@ SCANNED = (
     "Snakefile",
     "docs/**/*.md",
     "tests/data/**/README.md",
+    "data/**/README.md",
     "profiles/**/*",
     "config/**/*",
     "bench/*.py",

@@ -73,7 +73,7 @@ def test_loading_the_default_study_checks_its_models_without_torch():
     # torchvision's registry, read from its source.
     code = (
         "from opcost.config import load_study_file\n"
-        "study = load_study_file('config/config.yaml')\n"
+        "study = load_study_file('config/local.yaml')\n"
         "print(' '.join(mi.model for mi in study.model_inputs))\n"
     )
     done = run_python(code)
@@ -109,7 +109,7 @@ def test_a_dry_run_of_the_default_study_leaves_torch_out_of_snakemake(tmp_path):
         "-n",
         "all",
         "--configfile",
-        str(REPO / "config" / "config.yaml"),
+        str(REPO / "config" / "local.yaml"),
     ]
     done = run_python(f"sys.argv = {argv!r}\nfrom snakemake.cli import main\nmain()\n")
     assert done.returncode == 0, done.stderr[-3000:]

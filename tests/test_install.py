@@ -94,18 +94,18 @@ def test_the_installed_cli_runs_help_and_plan(installed, workflow_copy):
     opcost = str(installed / "bin" / "opcost")
     shown = _run([opcost, "--help"], workflow_copy)
     assert shown.returncode == 0, shown.stderr
-    assert "{extract,predict,train,plan}" in shown.stdout
+    assert "{extract,predict,gpus,train,plan}" in shown.stdout
 
     planned = _run(
-        [opcost, "plan", "--configfile", "config/config.yaml", "--batch-size", "4"],
+        [opcost, "plan", "--configfile", "config/local.yaml", "--batch-size", "4"],
         workflow_copy,
     )
     assert planned.returncode == 0, planned.stderr[-3000:]
     # The default study: 3 model-input sets, both modes.
-    assert planned.stdout.startswith("config/config.yaml: 3 model-input sets")
+    assert planned.stdout.startswith("config/local.yaml: 3 model-input sets")
 
     # The schema is found: a misspelt key is refused by name, in one line.
-    config = yaml.safe_load((workflow_copy / "config" / "config.yaml").read_text())
+    config = yaml.safe_load((workflow_copy / "config" / "local.yaml").read_text())
     config["modez"] = config.pop("modes")
     (workflow_copy / "bad.yaml").write_text(yaml.safe_dump(config))
     refused = _run([opcost, "plan", "--configfile", "bad.yaml", "--batch-size", "4"], workflow_copy)
@@ -116,7 +116,7 @@ def test_the_installed_cli_runs_help_and_plan(installed, workflow_copy):
 
 @pytest.mark.slow
 def test_snakemake_dry_run_of_a_workflow_copy_with_the_installed_package(installed, workflow_copy):
-    argv = ["snakemake", "-n", "--configfile", "config/config.yaml"]
+    argv = ["snakemake", "-n", "--configfile", "config/local.yaml"]
     done = _python(
         installed,
         f"sys.argv = {argv!r}\n"
@@ -131,3 +131,16 @@ def test_snakemake_dry_run_of_a_workflow_copy_with_the_installed_package(install
     assert "extract" in done.stdout
     source = [line for line in done.stderr.splitlines() if line.startswith("opcost from ")]
     assert Path(source[0].removeprefix("opcost from ")).is_relative_to(installed)
+
+
+@pytest.mark.slow
+def test_the_installed_package_answers_with_its_shipped_predictors(installed, tmp_path):
+    """Right after `pip install`, in an empty directory: the predictors shipped as
+    package data answer, for the four shipped GPU configurations."""
+    done = _run([str(installed / "bin" / "opcost"), "gpus", "--format", "json"], tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    import json
+
+    doc = json.loads(done.stdout)
+    assert Path(doc["directory"]).is_relative_to(installed)
+    assert [g["gpu"] for g in doc["gpus"]] == ["h100", "h100-notf32", "h200", "h200-notf32"]

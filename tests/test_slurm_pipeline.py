@@ -1,7 +1,7 @@
 """Run the real pipeline through a real SLURM cluster with the users' SLURM profile.
 
 The profile is the users' ``profiles/slurm``, edited as a user edits it
-(tests/slurm/conftest_helpers.py). The default study, ``config/config.yaml`` (on a
+(tests/slurm/conftest_helpers.py). The default study, ``config/local.yaml`` (on a
 machine without a GPU it measures on the CPU), runs to the end; a smaller study then goes
 through the reruns of issue 20, each checked for doing exactly what changed. Needs a
 running controller (``.ci/slurm-up.sh`` starts a single-node one). Skipped when there is
@@ -31,7 +31,7 @@ from slurm import conftest_helpers as helpers
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SNAKEFILE = REPO_ROOT / "Snakefile"
-DEFAULT_STUDY = REPO_ROOT / "config" / "config.yaml"
+DEFAULT_STUDY = REPO_ROOT / "config" / "local.yaml"
 # Minutes here; an hour means jobs hang in the queue.
 RUN_TIMEOUT_S = 3600
 

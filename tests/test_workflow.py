@@ -48,7 +48,7 @@ def job_counts(stdout):
 
 @pytest.mark.slow
 def test_dry_run_of_the_default_study_lists_every_profiling_job(repo, tmp_path):
-    config = ["--configfile", str(repo / "config/config.yaml")]
+    config = ["--configfile", str(repo / "config/local.yaml")]
     first = snakemake(repo, tmp_path, "results/ops/unique.parquet", "--cores", "2", *config)
     assert first.returncode == 0, first.stderr[-3000:]
     unique = pd.read_parquet(tmp_path / "results/ops/unique.parquet")

@@ -4,14 +4,17 @@
 
     opcost extract --model resnet50 --input 32,3,224,224 [--no-functional] [--out ops.parquet]
     opcost predict --model resnet50 --input 32,3,224,224 [--mode training]
-                   [--predictors results/predictors] [--format table|csv|json]
+                   [--predictors DIR] [--format table|csv|json]
     opcost predict --ops ops.parquet ...
     opcost predict --model resnet50 --input 32,3,224,224 [--cache-dir DIR | --no-cache]
+    opcost gpus [--predictors DIR] [--format table|json]
     opcost train --dataset results/dataset/h100.parquet --ops results/ops/*.parquet --gpu h100
     opcost plan --configfile config/my-study.yaml [--profile profiles/slurm] [--batch-size N]
 
 A model is a torchvision model name (built without weights) or a user's import path
-``package.module:factory``. The op table of a torchvision model is cached
+``package.module:factory``. Predictions come from ``--predictors DIR``, else the study's
+``results/predictors``, else the predictors shipped with opcost (:mod:`opcost.model.sources`),
+and say which. The op table of a torchvision model is cached
 (:mod:`opcost.opcache`), so that predicting it again imports no torch. ``opcost --version``
 prints the installed version; each command's ``--help`` ends with examples. Errors end with
 a one-line message on stderr and exit code 2.
@@ -36,6 +39,10 @@ from opcost.names import MODES
 
 EXIT_ERROR = 2
 DEFAULT_PREDICTORS = "results/predictors"
+PREDICTORS_HELP = (
+    "directory of trained predictors, one subdirectory per GPU configuration (default: "
+    f"{DEFAULT_PREDICTORS} where it holds any, else those shipped with opcost)"
+)
 #: Extrapolated ops listed in the table output (all of them in JSON).
 MAX_LISTED = 8
 _SHAPE = re.compile(r"[0-9]+(?:[,x][0-9]+)*")
@@ -153,16 +160,17 @@ def _lead(best: pd.Series) -> str:
     return text
 
 
-def _render_table(result: Any, predictors: dict[str, Any], root: str) -> str:
-    lines = []
+def _render_table(result: Any, predictors: dict[str, Any], source: str) -> str:
+    from opcost.model.sources import provenance_line
+
+    lines = [f"predictors ({source}):"]
+    lines += [f"  {provenance_line(predictors[gpu])}" for gpu in sorted(predictors)]
+    lines.append("")
     table = result.table
     shapes = table.drop_duplicates("network").set_index("network")[["n_ops", "n_calls"]]
-    gpus = ", ".join(sorted(predictors))
     for network, group in table.groupby("network", sort=False):
         n_ops, n_calls = shapes.loc[network]
-        lines.append(
-            f"{network}: {n_ops} distinct operations, {n_calls} calls; predictors: {gpus} ({root})"
-        )
+        lines.append(f"{network}: {n_ops} distinct operations, {n_calls} calls")
         show = pd.DataFrame(
             {
                 "mode": group["mode"],
@@ -237,6 +245,7 @@ class _NoProgress:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
+    from opcost.model.sources import predictor_source, provenance
     from opcost.predict import load_predictors, predict_networks, read_ops_table
 
     if (args.model is None) == (args.ops is None):
@@ -248,7 +257,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     interactive = not hasattr(sys.stderr, "isatty") or sys.stderr.isatty()
     with _progress(3, "predict") if interactive else _NoProgress() as bar:
         bar.set_postfix_str("load predictors")
-        predictors = load_predictors(args.predictors)
+        source = predictor_source(args.predictors)
+        predictors = load_predictors(source.directory)
         modes = [args.mode] if args.mode else None
         bar.update()
         if args.ops is not None:
@@ -265,7 +275,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
         sys.stdout.write(result.table.to_csv(index=False))
     elif args.format == "json":
         doc = {
-            "predictors": str(args.predictors),
+            "predictors": {
+                "source": source.label,
+                "directory": str(source.directory),
+                "gpus": [provenance(predictors[gpu]) for gpu in sorted(predictors)],
+            },
             "units": {"time_s": "s", "power_w": "W", "energy_j": "J", "edp_js": "J*s"},
             "predictions": _json_records(result.table),
             "best": _json_records(result.best),
@@ -274,7 +288,44 @@ def cmd_predict(args: argparse.Namespace) -> int:
         }
         print(json.dumps(doc, indent=1))
     else:
-        sys.stdout.write(_render_table(result, predictors, str(args.predictors)))
+        sys.stdout.write(_render_table(result, predictors, source.label))
+    return 0
+
+
+def cmd_gpus(args: argparse.Namespace) -> int:
+    from opcost.model.sources import predictor_source, provenance
+    from opcost.predict import load_predictors
+
+    source = predictor_source(args.predictors)
+    predictors = load_predictors(source.directory)
+    rows = [provenance(predictors[gpu]) for gpu in sorted(predictors)]
+    if args.format == "json":
+        doc = {"source": source.label, "directory": str(source.directory), "gpus": rows}
+        print(json.dumps(doc, indent=1))
+        return 0
+
+    def lono(r: dict[str, Any], criterion: str) -> str:
+        scores = r["lono_mape_pct"]
+        return " / ".join(
+            _fmt(scores[m][criterion], 3) for m in MODES if criterion in scores.get(m, {})
+        )
+
+    table = pd.DataFrame(
+        {
+            "gpu": [r["gpu"] for r in rows],
+            "device": [", ".join(r["devices"]) for r in rows],
+            "settings": [",".join(r["settings"]) for r in rows],
+            "driver": [", ".join(r["drivers"]) for r in rows],
+            "torch": [", ".join(r["torch_versions"]) for r in rows],
+            "measured": [" to ".join(dict.fromkeys(r["measured"])) for r in rows],
+            "ops": [r["n_ops"] for r in rows],
+            "lono_time_pct": [lono(r, "time") for r in rows],
+            "lono_energy_pct": [lono(r, "energy") for r in rows],
+        }
+    )
+    print(f"predictors ({source.label}), in {source.directory}:\n")
+    print(table.to_string(index=False))
+    print("\nlono_*_pct: leave-one-network-out error of whole networks, inference / training")
     return 0
 
 
@@ -371,6 +422,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         f"per batch {plan.BATCH_STARTUP_S:g} s. Time limit asked: the profile's runtime per "
         "job, summed over the batches."
     )
+    if study.included:
+        print(f"included, measured elsewhere (not profiled): {', '.join(study.included)}")
     return 0
 
 
@@ -424,7 +477,10 @@ EXAMPLES = {
   opcost predict --ops net.parquet --predictors /data/predictors""",
     "train": """\
   opcost train --dataset results/dataset/h100.parquet --ops results/ops/*_*.parquet \\
-      --gpu h100 --config config/config.yaml""",
+      --gpu h100 --config config/local.yaml""",
+    "gpus": """\
+  opcost gpus
+  opcost gpus --predictors results/predictors --format json""",
     "plan": """\
   opcost plan --configfile config/my-study.yaml
   opcost plan --configfile config/my-study.yaml --batch-size 20 --format json""",
@@ -438,6 +494,7 @@ def build_parser() -> argparse.ArgumentParser:
         "operation.\n'opcost COMMAND --help' explains a command, with examples.",
         epilog="""examples:
   opcost predict --model resnet50 --input 8,3,224,224
+  opcost gpus
   opcost extract --model resnet50 --input 32,3,224,224
   opcost plan --configfile config/my-study.yaml
 
@@ -476,14 +533,22 @@ The measurements and the predictors come from the pipeline: run 'snakemake' (REA
     pred.add_argument(
         "--predictors",
         type=Path,
-        default=Path(DEFAULT_PREDICTORS),
-        help="directory of trained predictors, one subdirectory per GPU configuration "
-        f"(default {DEFAULT_PREDICTORS})",
+        help=PREDICTORS_HELP,
     )
     pred.add_argument("--format", choices=("table", "csv", "json"), default="table")
     pred.add_argument("--no-functional", action="store_true", help="as for extract")
     _cache_options(pred)
     pred.set_defaults(func=cmd_predict)
+
+    gpus = _sub(
+        sub,
+        "gpus",
+        "list the GPU configurations that opcost predict answers for, and their data",
+        EXAMPLES["gpus"],
+    )
+    gpus.add_argument("--predictors", type=Path, help=PREDICTORS_HELP)
+    gpus.add_argument("--format", choices=("table", "json"), default="table")
+    gpus.set_defaults(func=cmd_gpus)
 
     tr = _sub(
         sub,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -44,16 +44,75 @@ class GpuConfig:
 
 @dataclass(frozen=True)
 class Study:
+    """A study: what it profiles itself (``gpus`` on ``model_inputs`` in ``modes``) and
+    the measurements made elsewhere that it includes (``included``, per GPU
+    configuration), which it evaluates, trains on, validates and draws beside its own."""
+
     model_inputs: tuple[ModelInput, ...]
     modes: tuple[str, ...]
     gpus: dict[str, GpuConfig]
     config: dict[str, Any]
+    included: dict[str, tuple[IncludedSource, ...]] = field(default_factory=dict)
+
+    @property
+    def evaluated_gpus(self) -> dict[str, GpuConfig]:
+        """Every GPU configuration with a dataset: the study's own, then those it includes."""
+        return {**self.gpus, **{name: s[0].gpu for name, s in self.included.items()}}
 
     def model_input(self, name: str) -> ModelInput:
         for mi in self.model_inputs:
             if mi.name == name:
                 return mi
         raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class IncludedSource:
+    """One GPU configuration's measurements in one directory a study includes (config
+    ``include``): made elsewhere with the study config ``study``, evaluated here.
+
+    Attributes:
+        where: the config field, e.g. ``include.0``.
+        data: the directory. Layout ``dataset`` (as in data/): ``ops/{model_input}.parquet``
+            and ``{gpu}/raw_and_logs.tar.gz`` (``{gpu}/traces.tar.gz`` optional); layout
+            ``study`` (another study's working directory): ``results/ops`` and
+            ``results/raw/{gpu}``.
+    """
+
+    where: str
+    data: str
+    layout: str
+    study: Study
+    gpu: GpuConfig
+
+    @property
+    def ops_dir(self) -> Path:
+        return Path(self.data) / ("ops" if self.layout == "dataset" else "results/ops")
+
+    @property
+    def op_tables(self) -> list[str]:
+        """The op table of each of its model-input sets."""
+        return [str(self.ops_dir / f"{mi.name}.parquet") for mi in self.study.model_inputs]
+
+    @property
+    def archives(self) -> list[str]:
+        """Its packed raw logs and traces (layout ``dataset``; none for ``study``)."""
+        if self.layout != "dataset":
+            return []
+        base = Path(self.data) / self.gpu.name
+        return [str(base / n) for n in ARCHIVES if n == ARCHIVES[0] or (base / n).is_file()]
+
+    @property
+    def raw_location(self) -> Path:
+        """Where its measurements must be for it to count as holding any."""
+        if self.layout == "dataset":
+            return Path(self.data) / self.gpu.name / ARCHIVES[0]
+        return Path(self.data) / "results" / "raw" / self.gpu.name
+
+
+#: A dataset directory's archives per GPU configuration: the raw logs (and job logs), and
+#: the traces (optional).
+ARCHIVES = ("raw_and_logs.tar.gz", "traces.tar.gz")
 
 
 @cache
@@ -330,7 +389,91 @@ def load_study(config: dict[str, Any], *, check_models: bool = True) -> Study:
             slurm_constraint=g.get("slurm_constraint"),
         )
     modes = tuple(m for m in MODES if m in config["modes"])
-    return Study(tuple(model_inputs), modes, gpus, config)
+    if gpus and not model_inputs:
+        raise ConfigError("models: give at least one model-input set to profile on gpus")
+    included = _load_includes(config["include"], gpus)
+    if not gpus and not included:
+        raise ConfigError(
+            "gpus: the study neither profiles (gpus) nor includes measurements (include): "
+            "give at least one of them"
+        )
+    return Study(tuple(model_inputs), modes, gpus, config, included)
+
+
+def _same_gpu(a: GpuConfig, b: GpuConfig) -> bool:
+    return (a.device, a.tf32, a.dtype, a.settings) == (b.device, b.tf32, b.dtype, b.settings)
+
+
+def _load_includes(
+    entries: list[dict[str, Any]], own: dict[str, GpuConfig]
+) -> dict[str, tuple[IncludedSource, ...]]:
+    """GPU configuration -> its included sources (config ``include``), checked: the files
+    exist, a name is not one of the study's own, and sources merged under one name agree
+    on the GPU configuration and share no model-input set."""
+    out: dict[str, list[IncludedSource]] = {}
+    for i, entry in enumerate(entries):
+        where = f"include.{i}"
+        config_path, data = Path(entry["config"]), Path(entry["data"])
+        if not config_path.is_file():
+            raise ConfigError(f"{where}.config: no such file {entry['config']!r}")
+        if not data.is_dir():
+            raise ConfigError(f"{where}.data: no such directory {entry['data']!r}")
+        try:
+            study = load_study_file(config_path, check_models=False)
+        except ConfigError as e:
+            raise ConfigError(f"{where}.config: {config_path}: {e}") from e
+        if study.included:
+            raise ConfigError(
+                f"{where}.config: {config_path} includes measurements itself; include "
+                "those directories here instead"
+            )
+        layout = "study" if (data / "results" / "raw").is_dir() else "dataset"
+        wanted = entry["gpus"]
+        found = 0
+        for name in study.gpus if wanted is None else wanted:
+            if name not in study.gpus:
+                raise ConfigError(
+                    f"{where}.gpus: {name!r} is not a GPU configuration of {config_path} "
+                    f"({', '.join(study.gpus)})"
+                )
+            source = IncludedSource(where, str(data), layout, study, study.gpus[name])
+            if not source.raw_location.exists():
+                if wanted is None:
+                    continue
+                raise ConfigError(
+                    f"{where}.gpus: {data} holds no measurements of {name!r} "
+                    f"(no {source.raw_location})"
+                )
+            if name in own:
+                raise ConfigError(
+                    f"{where}: {name!r} is also one of this study's gpus; rename one of them"
+                )
+            missing = [t for t in source.op_tables if not Path(t).is_file()]
+            if missing:
+                raise ConfigError(
+                    f"{where}.data: no op table {missing[0]} ({len(missing)} of "
+                    f"{len(source.op_tables)} missing)"
+                )
+            for prior in out.get(name, []):
+                if not _same_gpu(prior.gpu, source.gpu):
+                    raise ConfigError(
+                        f"{where}: {name!r} is another GPU configuration in {prior.where} "
+                        "(device, tf32, dtype or settings differ); include one of them"
+                    )
+                shared = set(prior.study.model_inputs) & set(study.model_inputs)
+                if shared:
+                    raise ConfigError(
+                        f"{where}: {name!r} measured {min(m.name for m in shared)} in "
+                        f"{prior.where} too; include one of them"
+                    )
+            out.setdefault(name, []).append(source)
+            found += 1
+        if not found:
+            raise ConfigError(
+                f"{where}.data: {data} holds measurements of none of the GPU configurations "
+                f"of {config_path} ({', '.join(study.gpus)})"
+            )
+    return {name: tuple(sources) for name, sources in out.items()}
 
 
 def load_study_file(path: str | Path, **kwargs: Any) -> Study:

@@ -198,11 +198,35 @@ def fit_predictor(
             "n_power_rows": int(power_ok.sum()),
             # The GPUs measured (nvidia-smi's names), for the manifest.
             "gpu_names": sorted(map(str, rows.get("gpu_name", pd.Series()).dropna().unique())),
+            **provenance(rows),
             "opcost_version": __version__,
             "sklearn_version": _sklearn_version(),
             "trained_unix_s": time.time(),
         },
     )
+
+
+def provenance(rows: pd.DataFrame) -> dict[str, Any]:
+    """Where the measurements come from: the drivers, CUDA and torch versions and host CPUs
+    the rows record, and the days (UTC) they were measured on (first, last)."""
+    out: dict[str, Any] = {}
+    for key, column in (
+        ("drivers", "driver_version"),
+        ("cuda_versions", "cuda_version"),
+        ("torch_versions", "torch_version"),
+        ("host_cpus", "host_cpu"),
+    ):
+        out[key] = sorted(map(str, rows.get(column, pd.Series()).dropna().unique()))
+    started = pd.to_datetime(rows.get("timed_start_unix_s", pd.Series()).dropna(), unit="s")
+    out["measured"] = (
+        []
+        if started.empty
+        else [
+            started.min().strftime("%Y-%m-%d"),
+            started.max().strftime("%Y-%m-%d"),
+        ]
+    )
+    return out
 
 
 def _sklearn_version() -> str:

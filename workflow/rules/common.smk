@@ -10,6 +10,8 @@ from opcost.names import (
     SPEC_VERSION,
 )
 from opcost import workflow as wf
+from opcost import included
+from opcost.model.sources import SHIPPED as SHIPPED_PREDICTORS, ship as ship_predictor
 from opcost import slurm as slurm_preflight
 from opcost import worker
 from opcost import snakemake_compat
@@ -79,6 +81,8 @@ def get_op_spec(wildcards):
 
 
 def get_raw_prefixes(wildcards):
+    if wildcards.gpu in STUDY.included:
+        return []
     op_ids = list(wf.unique_ops(get_unique_ops_path()).index)
     return wf.raw_prefixes(STUDY, wildcards.gpu, op_ids)
 
@@ -92,12 +96,16 @@ def get_raw_csvs(wildcards):
 
 
 def get_traces(wildcards):
+    if wildcards.gpu in STUDY.included:
+        return []
     op_ids = list(wf.unique_ops(get_unique_ops_path()).index)
     return [f"{p}.json" for p in wf.trace_prefixes(STUDY, wildcards.gpu, op_ids)]
 
 
 def get_all_traces(wildcards):
     # Part of the default target for the same reason as the raw logs (below).
+    if not STUDY.gpus:
+        return []
     op_ids = list(wf.unique_ops(get_unique_ops_path()).index)
     return [
         f"{prefix}.json"
@@ -110,7 +118,9 @@ def get_all_raw_logs(wildcards):
     # Part of the default target: a raw log deleted to remeasure it is a missing target,
     # so the next `snakemake` measures it again and rebuilds what depends on it. (As an
     # input of `evaluate` only, Snakemake would treat it as an intermediate file and
-    # keep the dataset made from it.)
+    # keep the dataset made from it.) A study that profiles nothing extracts nothing.
+    if not STUDY.gpus:
+        return []
     op_ids = list(wf.unique_ops(get_unique_ops_path()).index)
     return [
         f"{prefix}.{ext}"
@@ -118,6 +128,29 @@ def get_all_raw_logs(wildcards):
         for prefix in wf.raw_prefixes(STUDY, gpu, op_ids)
         for ext in ("json", "csv")
     ]
+
+
+def get_included_raw(wildcards):
+    # An included GPU configuration's raw logs: its unpacked dataset archives (rule
+    # unpack_included), or the benchmark JSONs in another study's working directory.
+    paths = []
+    sources = STUDY.included.get(wildcards.gpu, ())
+    for source, root in zip(sources, included.roots(STUDY, wildcards.gpu)):
+        if source.layout == "dataset":
+            paths.append(root)
+        else:
+            paths += [str(p) for p in included.raw_jsons(source, root)[0]]
+    return paths
+
+
+def get_op_tables(wildcards):
+    return included.op_tables(STUDY, wildcards.gpu)
+
+
+# Every op table of every evaluated GPU configuration, and which are whose: a profiled
+# configuration's are this study's, an included one's those it was measured with.
+OP_TABLES_BY_GPU = included.op_tables_by_gpu(STUDY)
+ALL_OP_TABLES = sorted({t for tables in OP_TABLES_BY_GPU.values() for t in tables})
 
 
 def get_slurm_gpu_model(wildcards):
@@ -132,18 +165,19 @@ def get_slurm_constraint(wildcards):
 
 def get_final_outputs(wildcards):
     # FIGURE_TARGETS (figures.smk) holds the validation tables' figures and the report's.
-    traced = any(g.device == "cuda" for g in STUDY.gpus.values())
+    gpus = STUDY.evaluated_gpus
+    traced = any(g.device == "cuda" for g in gpus.values())
     return (
         FIGURE_TARGETS
         + (["results/validation/replay.parquet"] if traced else [])
         + expand(
             "results/dataset/{gpu}.{name}",
-            gpu=STUDY.gpus,
+            gpu=gpus,
             name=["parquet", "failed.csv"],
         )
         + expand(
             "results/predictors/{gpu}/{name}",
-            gpu=STUDY.gpus,
+            gpu=gpus,
             name=[
                 "time.npz",
                 "features.json",

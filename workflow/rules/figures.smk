@@ -4,7 +4,7 @@
 # figure rules only, so changing it reruns nothing else.
 import dataclasses
 
-from opcost.figures import FIGURES, figure_targets, style_from_config
+from opcost.figures import figure_targets, study_figures, style_from_config
 
 FIGURE_STYLE = dataclasses.asdict(style_from_config(config))
 
@@ -12,7 +12,7 @@ FIGURE_STYLE = dataclasses.asdict(style_from_config(config))
 FIGURE_TARGETS = figure_targets(STUDY)
 
 
-for figure_entry in FIGURES:
+for figure_entry in study_figures(STUDY):
 
     rule:
         name:

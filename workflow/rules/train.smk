@@ -7,7 +7,7 @@
 rule train:
     input:
         dataset="results/dataset/{gpu}.parquet",
-        ops=expand("results/ops/{model_input}.parquet", model_input=MODEL_INPUTS),
+        ops=get_op_tables,
     output:
         time="results/predictors/{gpu}/time.npz",
         features="results/predictors/{gpu}/features.json",
@@ -26,3 +26,22 @@ rule train:
         opcost_code=code_version("train.py"),
     script:
         "../scripts/train.py"
+
+
+# The predictors shipped with opcost (opcost.model.sources.SHIPPED, package data), which
+# `opcost predict` uses where no study's predictors are at hand: the default config's
+# predictors, copied. `snakemake ready_made_predictors` rebuilds them; not part of `all`.
+rule ready_made_predictor:
+    input:
+        manifest="results/predictors/{gpu}/manifest.json",
+    output:
+        manifest=f"{SHIPPED_PREDICTORS}/{{gpu}}/manifest.json",
+    log:
+        "logs/train/{gpu}.ready_made.log",
+    run:
+        ship_predictor(Path(input.manifest).parent, Path(output.manifest).parent)
+
+
+rule ready_made_predictors:
+    input:
+        expand(f"{SHIPPED_PREDICTORS}/{{gpu}}/manifest.json", gpu=STUDY.evaluated_gpus),

@@ -6,8 +6,8 @@
 
 rule validate_dataset:
     input:
-        datasets=expand("results/dataset/{gpu}.parquet", gpu=STUDY.gpus),
-        ops=expand("results/ops/{model_input}.parquet", model_input=MODEL_INPUTS),
+        datasets=expand("results/dataset/{gpu}.parquet", gpu=STUDY.evaluated_gpus),
+        ops=ALL_OP_TABLES,
     output:
         table="results/validation/dataset_validation.parquet",
         summary=report(
@@ -20,6 +20,7 @@ rule validate_dataset:
     conda:
         "../../environment.yml"
     params:
+        ops_by_gpu=OP_TABLES_BY_GPU,
         # A change to the opcost modules the script uses reruns this rule.
         opcost_code=code_version("validate_dataset.py"),
     script:
@@ -30,9 +31,11 @@ rule validate_dataset:
 # beside the thesis's plain sum: configurations with traces only (CUDA).
 rule validate_replay:
     input:
-        datasets=expand("results/dataset/{gpu}.parquet", gpu=STUDY.gpus),
-        breakdowns=expand("results/dataset/{gpu}.breakdown.parquet", gpu=STUDY.gpus),
-        ops=expand("results/ops/{model_input}.parquet", model_input=MODEL_INPUTS),
+        datasets=expand("results/dataset/{gpu}.parquet", gpu=STUDY.evaluated_gpus),
+        breakdowns=expand(
+            "results/dataset/{gpu}.breakdown.parquet", gpu=STUDY.evaluated_gpus
+        ),
+        ops=ALL_OP_TABLES,
     output:
         table="results/validation/replay.parquet",
         summary=report(
@@ -45,6 +48,7 @@ rule validate_replay:
     conda:
         "../../environment.yml"
     params:
+        ops_by_gpu=OP_TABLES_BY_GPU,
         # A change to the opcost modules the script uses reruns this rule.
         opcost_code=code_version("validate_replay.py"),
     script:
@@ -54,10 +58,12 @@ rule validate_replay:
 rule validate_predictions:
     input:
         holdout=expand(
-            "results/predictors/{gpu}/holdout_predictions.parquet", gpu=STUDY.gpus
+            "results/predictors/{gpu}/holdout_predictions.parquet",
+            gpu=STUDY.evaluated_gpus,
         ),
         networks=expand(
-            "results/predictors/{gpu}/network_predictions.parquet", gpu=STUDY.gpus
+            "results/predictors/{gpu}/network_predictions.parquet",
+            gpu=STUDY.evaluated_gpus,
         ),
     output:
         ops="results/validation/prediction_ops.parquet",
@@ -74,7 +80,7 @@ rule validate_predictions:
         "../../environment.yml"
     params:
         # The network predictions name their GPU configuration by path only.
-        gpus=list(STUDY.gpus),
+        gpus=list(STUDY.evaluated_gpus),
         # A change to the opcost modules the script uses reruns this rule.
         opcost_code=code_version("validate_predictions.py"),
     script:

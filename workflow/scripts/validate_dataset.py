@@ -10,7 +10,14 @@ sm = snakemake  # noqa: F821 (injected by Snakemake)
 for path in sm.input.datasets:
     require_raw_logs(path)
 dataset = pd.concat([read_parquet(p) for p in sm.input.datasets], ignore_index=True)
-table = dataset_validation(dataset, read_network_ops(sm.input.ops))
+# Each GPU configuration against the op tables its measurements were made with.
+table = pd.concat(
+    [
+        dataset_validation(dataset[dataset["gpu"] == gpu], read_network_ops(tables))
+        for gpu, tables in sm.params.ops_by_gpu.items()
+    ],
+    ignore_index=True,
+)
 write_parquet_atomic(table, sm.output.table)
 write_csv_atomic(validation_summary(table), sm.output.summary)
 with open(sm.log[0], "w") as log:

@@ -8,7 +8,14 @@ from opcost.validate.replay import call_sequences, replay_validation
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 dataset = pd.concat([read_parquet(p) for p in sm.input.datasets], ignore_index=True)
 breakdown = pd.concat([read_parquet(p) for p in sm.input.breakdowns], ignore_index=True)
-table = replay_validation(dataset, call_sequences(sm.input.ops), breakdown)
+# Each GPU configuration with the call order of the op tables it was measured with.
+table = pd.concat(
+    [
+        replay_validation(dataset[dataset["gpu"] == gpu], call_sequences(tables), breakdown)
+        for gpu, tables in sm.params.ops_by_gpu.items()
+    ],
+    ignore_index=True,
+)
 write_parquet_atomic(table, sm.output.table)
 write_csv_atomic(table, sm.output.summary)
 with open(sm.log[0], "w") as log:

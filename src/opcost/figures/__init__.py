@@ -30,6 +30,7 @@ from opcost.figures.registry import (
     figure_entry,
     figure_targets,
     render,
+    study_figures,
 )
 from opcost.figures.style import (
     FigureError,
@@ -64,6 +65,7 @@ __all__ = [
     "save_figure",
     "settings_figure",
     "startup_figure",
+    "study_figures",
     "style_from_config",
     "unit_scale",
     "validation_figure",

@@ -56,8 +56,8 @@ def _always(study: Study) -> bool:
 
 
 def _traced(study: Study) -> bool:
-    """Whether the study traces (a CUDA configuration): only then is there a replay."""
-    return any(g.device == "cuda" for g in study.gpus.values())
+    """Whether the study has traces (a CUDA configuration): only then is there a replay."""
+    return any(g.device == "cuda" for g in study.evaluated_gpus.values())
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,8 @@ class FigureEntry:
     variants: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     options: Mapping[str, str] = field(default_factory=dict)
     in_all: Callable[[Study], bool] = _always
+    #: Whether it draws a run of the study's own GPU (a sweep): no rule without one.
+    own_gpu: bool = False
 
     @property
     def stem(self) -> str:
@@ -128,7 +130,7 @@ def _never(study: Study) -> bool:
 
 
 def _several_settings(study: Study) -> bool:
-    return any(len(g.settings) > 1 for g in study.gpus.values())
+    return any(len(g.settings) > 1 for g in study.evaluated_gpus.values())
 
 
 def _on_trace(
@@ -142,6 +144,7 @@ def _on_trace(
         files,
         METHOD,
         in_all=_never,
+        own_gpu=True,
     )
 
 
@@ -172,6 +175,7 @@ FIGURES: tuple[FigureEntry, ...] = (
         _sweep_files(record="proportionality.json"),
         METHOD,
         in_all=_never,
+        own_gpu=True,
     ),
     _on_trace("power_trace", power_trace_figure),
     _on_trace("startup_effect", startup_figure),
@@ -204,6 +208,12 @@ FIGURES: tuple[FigureEntry, ...] = (
         PREDICTION,
     ),
 )
+
+
+def study_figures(study: Study) -> list[FigureEntry]:
+    """The figures a study has rules for: all but the sweeps' where it profiles no GPU
+    configuration of its own (it only includes measurements)."""
+    return [entry for entry in FIGURES if study.gpus or not entry.own_gpu]
 
 
 def figure_entry(name: str) -> FigureEntry:
