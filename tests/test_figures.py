@@ -482,7 +482,7 @@ def test_figures_smk_makes_every_figure_rule_from_the_registry():
     # measuring sweep rules live elsewhere (sweep.smk), without one.
     text = (REPO / "workflow/rules/figures.smk").read_text()
     assert re.findall(r"^[ \t]*rule\b.*:", text, re.M) == ["    rule:"]
-    assert "for figure_entry in FIGURES:\n" in text
+    assert "for figure_entry in study_figures(STUDY):\n" in text
     assert 'opcost_code=code_version("figure.py")' in text
     sweep = (REPO / "workflow/rules/sweep.smk").read_text()
     rules = re.findall(r"^rule (\w+):", sweep, re.M)
@@ -570,3 +570,31 @@ main()
     assert jobs["results/figures/energy_copy.pdf"]["input"] == (
         "results/validation/dataset_validation.parquet"
     )
+
+
+def test_a_study_that_only_includes_measurements_has_no_sweep_figure_rules(monkeypatch):
+    """The sweeps measure on one of the study's own GPU configurations: where it profiles
+    none (the default study), their figures get no rule; every other figure keeps its."""
+    from opcost.config import load_study_file
+    from opcost.figures import FIGURES, study_figures
+
+    monkeypatch.chdir(REPO)
+    sweeps = {"proportionality", "power_trace", "startup_effect"}
+    shipped = {e.name for e in study_figures(load_study_file("config/config.yaml"))}
+    assert shipped == {e.name for e in FIGURES} - sweeps
+    local = {e.name for e in study_figures(load_study_file("config/local-gpu.yaml"))}
+    assert local == {e.name for e in FIGURES}
+
+
+def test_many_networks_get_upright_labels_few_keep_theirs():
+    import matplotlib.pyplot as plt
+
+    from opcost.figures.style import UPRIGHT_LABELS_ABOVE, network_ticks
+
+    fig, (few, many) = plt.subplots(1, 2)
+    network_ticks(few, range(3), ["a", "b", "c"])
+    n = UPRIGHT_LABELS_ABOVE + 1
+    network_ticks(many, range(n), [f"net{i}" for i in range(n)])
+    assert {t.get_rotation() for t in few.get_xticklabels()} == {0.0}
+    assert {t.get_rotation() for t in many.get_xticklabels()} == {90.0}
+    plt.close(fig)

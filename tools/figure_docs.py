@@ -1,17 +1,19 @@
-"""Build the README's figures from the committed real H100 data (by hand, not a rule).
+"""Build the docs' figures from the committed real data (by hand, not a rule).
 
 Usage, from the repository root::
 
     python tools/figure_docs.py            # writes docs/figures/*.png
     python tools/figure_docs.py --keep DIR # and keeps the working directory
 
-It copies the real H100 sample (``tests/data/h100``) into a scratch working directory
-(:func:`prepare_workdir`, also what tests/test_figures.py runs the figure rules in), runs
-``snakemake`` for the figures with ``config/h100-sample.yaml`` and copies the PNGs named
-in :data:`DOCS_FIGURES` to ``docs/figures/``. The method figures use the sweep outputs in
-``tests/data/h100/sweep/`` where there are some; else the power figures show the real
+The figures of validation and prediction (:data:`SHIPPED_FIGURES`) are the default
+study's: ``snakemake`` on ``config/config.yaml`` in a scratch working directory, from the
+shipped H100 and H200 data in ``data/``. The method figures need a GPU run of their own:
+they come from the real H100 sample (``tests/data/h100``), copied into another scratch
+directory (:func:`prepare_workdir`, also what tests/test_figures.py runs the figure rules
+in) and run with ``config/h100-sample.yaml``; they use the sweep outputs in
+``tests/data/h100/sweep/`` where there are some, else the power figures show the real
 power log of the H100 probe (``tests/data/h100_probe``) and the proportionality figure is
-not built (docs/sweep.md).
+not built (docs/sweep.md). The PNGs named in :data:`DOCS_FIGURES` go to ``docs/figures/``.
 """
 
 from __future__ import annotations
@@ -49,7 +51,16 @@ SAMPLE_FIGURES = (
     "power_trace",
     "startup_effect",
 )
-#: The PNGs committed under docs/figures/ and shown in the README section.
+#: Figures drawn from the default study, the shipped data (``data/``).
+SHIPPED_FIGURES = (
+    "validation_small",
+    "validation_large",
+    "network_energy",
+    "prediction_ops",
+    "prediction_networks",
+    "replay",
+)
+#: The PNGs committed under docs/figures/ and shown in the docs.
 DOCS_FIGURES = (
     "validation_small",
     "validation_large",
@@ -58,6 +69,7 @@ DOCS_FIGURES = (
     "startup_effect",
     "prediction_ops",
     "prediction_networks",
+    "replay",
     "proportionality",
 )
 #: The probe's three matmul loops, (start, end) in unix seconds, from probe.log line
@@ -230,26 +242,46 @@ def run_snakemake(
     )
 
 
+def shipped_workdir(workdir: Path, repo: Path = REPO, figures: dict | None = None) -> Path:
+    """A working directory for the default study (its config and data linked in); returns
+    the config to run with: ``config/config.yaml`` plus the ``figures`` section given."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "Snakefile").write_text(scratch_snakefile(repo))
+    for name in ("config", "data"):
+        if not (workdir / name).exists():
+            (workdir / name).symlink_to(repo / name)
+    config = yaml.safe_load((repo / "config" / "config.yaml").read_text())
+    if figures:
+        config["figures"] = figures
+    config_path = workdir / "study.yaml"
+    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return config_path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--keep", type=Path, help="working directory to use and keep")
     parser.add_argument("--dpi", type=int, default=110, help="PNG resolution (default 110)")
     args = parser.parse_args(argv)
     workdir = args.keep or Path(tempfile.mkdtemp(prefix="opcost-docs-"))
-    config = prepare_workdir(workdir, figures={"dpi": args.dpi, "font_size": 10})
-    names = list(SAMPLE_FIGURES)
+    style = {"dpi": args.dpi, "font_size": 10}
+    method = [n for n in SAMPLE_FIGURES if n not in SHIPPED_FIGURES]
     if (SAMPLE_SWEEP / "proportionality.json").exists():
-        names.append("proportionality")
-    targets = [f"results/figures/{name}.png" for name in names]
-    run = run_snakemake(workdir, config, targets)
-    if run.returncode != 0:
-        sys.stderr.write(run.stderr[-6000:])
-        return run.returncode
+        method.append("proportionality")
+    runs = [
+        (workdir / "sample", prepare_workdir(workdir / "sample", figures=style), method),
+        (workdir / "shipped", shipped_workdir(workdir / "shipped", figures=style), SHIPPED_FIGURES),
+    ]
     out = REPO / "docs" / "figures"
     out.mkdir(parents=True, exist_ok=True)
-    for name in [n for n in DOCS_FIGURES if n in names]:
-        shutil.copyfile(workdir / "results" / "figures" / f"{name}.png", out / f"{name}.png")
-        print(f"docs/figures/{name}.png")
+    for directory, config, names in runs:
+        run = run_snakemake(directory, config, [f"results/figures/{n}.png" for n in names])
+        if run.returncode != 0:
+            sys.stderr.write(run.stderr[-6000:])
+            return run.returncode
+        for name in [n for n in DOCS_FIGURES if n in names]:
+            shutil.copyfile(directory / "results" / "figures" / f"{name}.png", out / f"{name}.png")
+            print(f"docs/figures/{name}.png")
     if args.keep is None:
         shutil.rmtree(workdir)
     else:

@@ -32,6 +32,7 @@ from opcost.figures.style import (
     label_above,
     message_figure,
     network_order,
+    network_ticks,
     note,
     panel_title,
     plain_log_ticks,
@@ -317,7 +318,7 @@ def prediction_networks_figure(networks: pd.DataFrame, style: FigureStyle | None
                     tick_label(mi) + ("*" if unseen > 0 else "")
                     for mi, unseen in zip(rows["model_input"], rows["n_ops_unseen"], strict=True)
                 ]
-                ax.set_xticks(x, names)
+                network_ticks(ax, x, names)
                 ax.set_ylabel(f"{QUANTITY_LABEL[quantity]} [{unit}]")
                 ax.margins(y=0.25)
         handles = [

@@ -132,6 +132,17 @@ def tick_label(model_input: str) -> str:
     return f"{model}\n{shape}" if model else model_input
 
 
+#: Above this many networks on one axis their labels stand upright, in a smaller font.
+UPRIGHT_LABELS_ABOVE = 12
+
+
+def network_ticks(ax: Any, x: Iterable[float], labels: list[str]) -> None:
+    """Label the bars of ``x`` with ``labels``, upright where there are many."""
+    ax.set_xticks(list(x), labels)
+    if len(labels) > UPRIGHT_LABELS_ABOVE:
+        ax.tick_params(axis="x", labelrotation=90, labelsize="x-small")
+
+
 def setting_order(setting: str) -> tuple[int, int, str]:
     try:
         parsed = parse_setting(setting)

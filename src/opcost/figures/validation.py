@@ -34,6 +34,7 @@ from opcost.figures.style import (
     label_above,
     message_figure,
     network_order,
+    network_ticks,
     note,
     panel_title,
     plain_log_ticks,
@@ -124,7 +125,7 @@ def _validation_panel(ax: Any, rows: pd.DataFrame, quantity: str, order: list[st
         )
         sigma = by[inc][f"sigma_{quantity}_sum_{unit_key}"].fillna(0)
         label_above(ax, x + offset, (sums + sigma) * factor, by[inc][f"{quantity}_rel_diff"])
-    ax.set_xticks(x, [tick_label(n) for n in nets])
+    network_ticks(ax, x, [tick_label(n) for n in nets])
     ax.set_ylabel(f"{QUANTITY_LABEL[quantity]} [{unit}]")
     ax.margins(y=0.25)
 
@@ -175,7 +176,7 @@ def network_energy_figure(table: pd.DataFrame, style: FigureStyle | None = None)
                         color=colors(k % 10),
                         **errorbar_kw(),
                     )
-                ax.set_xticks(x, [tick_label(n) for n in nets])
+                network_ticks(ax, x, [tick_label(n) for n in nets])
                 ax.set_ylabel(f"energy per iteration [{unit}]")
                 ax.set_title(f"{mode}, {size} model-input sets")
         handles = [
