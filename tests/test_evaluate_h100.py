@@ -177,7 +177,7 @@ MEASURED = [
     (study, gpu)
     for study, (gpus, _) in STUDIES.items()
     for gpu in gpus
-    if Path(f"tests/data/{study}/{gpu}/raw_and_logs.tar.gz").exists()
+    if Path(f"data/{study}/{gpu}/raw_and_logs.tar.gz").exists()
 ]
 
 
@@ -187,7 +187,7 @@ def measured(tmp_path_factory):
     studies on the H100 and H200), unpacked."""
     root = tmp_path_factory.mktemp("hopper")
     for study, gpu in MEASURED:
-        unpack(f"tests/data/{study}/{gpu}/raw_and_logs.tar.gz", root / study / gpu)
+        unpack(f"data/{study}/{gpu}/raw_and_logs.tar.gz", root / study / gpu)
     return root
 
 
@@ -218,7 +218,7 @@ def test_worker_measurements_match_hand_computation_and_the_committed_dataset(me
     record = json.loads(chained[0].read_text())
     assert record["number_per_run"] % record["calls_per_backward"] == 0
     jsons = sorted(Path(raw).rglob("*.json"))
-    assert_reevaluation_matches(jsons, gpu, f"tests/data/{study}/{gpu}/dataset/{gpu}.parquet")
+    assert_reevaluation_matches(jsons, gpu, f"data/{study}/{gpu}/dataset/{gpu}.parquet")
 
 
 @pytest.mark.parametrize(("study", "gpu"), MEASURED)
@@ -230,5 +230,5 @@ def test_tf32_setting_reaches_every_measurement_of_the_study(measured, study, gp
     jsons = sorted((measured / study / gpu / "results" / "raw" / gpu).rglob("*.json"))
     assert len(jsons) == n_measurements
     assert all(json.loads(p.read_text())["tf32"] is wanted for p in jsons)
-    committed = pd.read_parquet(f"tests/data/{study}/{gpu}/dataset/{gpu}.parquet")
+    committed = pd.read_parquet(f"data/{study}/{gpu}/dataset/{gpu}.parquet")
     assert (committed["tf32"] == wanted).all()
