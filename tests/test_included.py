@@ -178,3 +178,31 @@ def test_validation_uses_each_configurations_own_op_tables(in_repo):
     assert shipped == set(tables["h200-notf32"])
     ops = pd.concat(pd.read_parquet(t, columns=["model_input"]) for t in tables["h100"])
     assert ops["model_input"].nunique() == 24
+
+
+def test_every_shipped_profile_replaces_the_default_study_with_the_one_given():
+    """Snakemake merges a --configfile into the Snakefile's config/config.yaml unless told
+    to replace it: merged, the default study's `include` would join any study (and clash
+    with its own h100)."""
+    for path in sorted((REPO / "profiles").glob("*/config.yaml")):
+        assert yaml.safe_load(path.read_text())["replace-workflow-config"] is True, path
+
+
+@pytest.mark.slow
+def test_a_study_given_with_configfile_includes_nothing_of_the_default(tmp_path):
+    import subprocess
+    import sys
+
+    for name in ("config", "data"):
+        (tmp_path / name).symlink_to(REPO / name)
+    run = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-n"]
+        + ["--configfile", "config/hopper-large.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "unpack_included" not in run.stdout
+    assert "extract" in run.stdout
