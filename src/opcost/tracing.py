@@ -9,15 +9,16 @@ A trace job (:func:`trace_job`) builds the same workload as the profiling job
    ``HOST_REPEATS``; in training also the forward pass alone;
 2. **wall time**: the time per step of a short timed loop (``WALL_WINDOW_S``), the
    profiling job's algorithm on a shorter window, so an op's and its network's wall,
-   host and GPU times all come from one run on one host;
+   host and GPU times all come from one run on one host; it runs before the trace, so
+   that the traced steps find the GPU at its clocks;
 3. **a trace**: ``TRACE_STEPS`` steps under ``torch.profiler`` (Kineto/CUPTI), each
    annotated (``opcost.step``, ``opcost.forward``, ``opcost.backward``), from which
    :mod:`opcost.kineto` takes each step's kernel time and kernels. A network's op calls
    are annotated too (``opcost.call#<k>``, ``k`` the op's call position as extraction
    numbers it), which gives its own per-op breakdown, backward nodes mapped to their
    forward op;
-4. **the host's speed**: a fixed probe (:func:`host_probe_s`), the CPU model, and the
-   cost of a synchronisation on an idle device.
+4. **the host's speed**: a fixed probe (:func:`host_probe_s`) right after the host
+   bursts, the CPU model, and the cost of a synchronisation on an idle device.
 
 A profiler that records no device work on a GPU fails the job (:class:`TraceFailed`).
 Per-call figures divide a step by its calls (a training chain has up to 16).
@@ -57,7 +58,7 @@ WALL_WINDOW_S = 0.1
 WARMUP_STEPS = 3
 #: Dispatches of the host-speed probe.
 PROBE_DISPATCHES = 200
-PROBE_REPEATS = 15
+PROBE_REPEATS = 5
 
 
 class TraceFailed(OpcostError, RuntimeError):
@@ -80,11 +81,11 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-@functools.cache
 def host_probe_s(device: str) -> float:
-    """The host's speed: seconds to issue ``PROBE_DISPATCHES`` in-place adds on a
+    """The host's speed now: seconds to issue ``PROBE_DISPATCHES`` in-place adds on a
     one-element tensor of ``device`` (median of ``PROBE_REPEATS``, without waiting for
-    the device); a fixed sequence of small dispatches, like a host-bound network's."""
+    the device); a fixed sequence of small dispatches, like a host-bound network's.
+    Measured in each job right after its host bursts, as the host's speed varies."""
     dev = torch.device(device)
     x = torch.zeros(1, device=dev)
     times = []
@@ -253,9 +254,12 @@ def trace_workload(
         for _ in range(WARMUP_STEPS):
             workload.step()
         _sync(device)
+    # The timed loop first: it also brings the GPU to its clocks for the traced steps.
     t0 = time.perf_counter()
-    trace = _profile(workload, device, annotator)
+    wall = harness.measure(workload, replace(opts, min_run_time_s=WALL_WINDOW_S, warmup_s=0.02))
     t1 = time.perf_counter()
+    trace = _profile(workload, device, annotator)
+    t2 = time.perf_counter()
     if keep_trace is not None:
         with gzip.open(keep_trace, "wt") as f:
             json.dump(trace, f)
@@ -264,10 +268,9 @@ def trace_workload(
         check_profiler_sees_kernels(opts.device)  # no kernels: a view, or a blind profiler
     kernels = statistics.median(s.n_kernels for s in steps)
     burst = max(1, min(HOST_BURST_STEPS, int(HOST_BURST_LAUNCHES // max(kernels, 1))))
-    t2 = time.perf_counter()
-    host, host_fwd = _host_times(workload, device, burst)
     t3 = time.perf_counter()
-    wall = harness.measure(workload, replace(opts, min_run_time_s=WALL_WINDOW_S, warmup_s=0.02))
+    host, host_fwd = _host_times(workload, device, burst)
+    probe = host_probe_s(opts.device)
     t4 = time.perf_counter()
     gpu = [s.gpu_s for s in steps]
     record: dict[str, Any] = {
@@ -289,11 +292,13 @@ def trace_workload(
         "host_burst_steps": burst,
         # Where a trace job's time goes: the profiled steps, their parsing, the host
         # bursts, the short timed loop (seconds).
+        "host_probe_s": probe,
+        "host_probe_dispatches": PROBE_DISPATCHES,
         "trace_cost_s": {
-            "profile": t1 - t0,
-            "parse": t2 - t1,
-            "host": t3 - t2,
-            "wall": t4 - t3,
+            "wall": t1 - t0,
+            "profile": t2 - t1,
+            "parse": t3 - t2,
+            "host": t4 - t3,
         },
         "backward": workload.backward,
     }
@@ -390,13 +395,9 @@ def learn_calls(workload: harness.Workload, net: torch.nn.Module) -> CallAnnotat
 
 
 def host_facts(device: str) -> dict[str, Any]:
-    """The host's CPU, its probe time, and a synchronisation's cost, for a trace record."""
-    return {
-        "host_cpu": host_cpu_model(),
-        "host_probe_s": host_probe_s(device),
-        "host_probe_dispatches": PROBE_DISPATCHES,
-        "sync_s": sync_s(device),
-    }
+    """The host's CPU and a synchronisation's cost, for a trace record (the probe of its
+    speed is measured with each workload: :func:`trace_workload`)."""
+    return {"host_cpu": host_cpu_model(), "sync_s": sync_s(device)}
 
 
 #: Version of the trace record's layout (docs/formats.md).
