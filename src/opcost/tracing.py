@@ -13,10 +13,11 @@ A trace job (:func:`trace_job`) builds the same workload as the profiling job
    that the traced steps find the GPU at its clocks;
 3. **a trace**: ``TRACE_STEPS`` steps under ``torch.profiler`` (Kineto/CUPTI), each
    annotated (``opcost.step``, ``opcost.forward``, ``opcost.backward``), from which
-   :mod:`opcost.kineto` takes each step's kernel time and kernels. A network's op calls
-   are annotated too (``opcost.call#<k>``, ``k`` the op's call position as extraction
-   numbers it), which gives its own per-op breakdown, backward nodes mapped to their
-   forward op;
+   :mod:`opcost.kineto` takes each step's kernel time and kernels. A network is traced a
+   second time with its op calls annotated (``opcost.call#<k>``, ``k`` the op's call
+   position as extraction numbers it), which gives its own per-op breakdown, backward
+   nodes mapped to their forward op; the annotation (a ``TorchFunctionMode``) turns off
+   fused fast paths, so the kernel totals come from the first pass;
 4. **the host's speed**: a fixed probe (:func:`host_probe_s`) right after the host
    bursts, the CPU model, and the cost of a synchronisation on an idle device.
 
@@ -258,12 +259,18 @@ def trace_workload(
     t0 = time.perf_counter()
     wall = harness.measure(workload, replace(opts, min_run_time_s=WALL_WINDOW_S, warmup_s=0.02))
     t1 = time.perf_counter()
-    trace = _profile(workload, device, annotator)
+    # Kernel time and kernels from steps run as the network runs. A network's calls are
+    # annotated in a second pass: its TorchFunctionMode makes modules with a fused fast
+    # path (nn.MultiheadAttention in inference) take their slow path, so that pass gives
+    # only the breakdown and the host spans it is scaled by.
+    trace = _profile(workload, device, None)
+    annotated = trace if annotator is None else _profile(workload, device, annotator)
     t2 = time.perf_counter()
     if keep_trace is not None:
         with gzip.open(keep_trace, "wt") as f:
-            json.dump(trace, f)
+            json.dump(annotated, f)
     steps = kineto.steps(trace)
+    spans = steps if annotator is None else kineto.steps(annotated)
     if device.type == "cuda" and not any(s.n_kernels for s in steps):
         check_profiler_sees_kernels(opts.device)  # no kernels: a view, or a blind profiler
     kernels = statistics.median(s.n_kernels for s in steps)
@@ -284,8 +291,8 @@ def trace_workload(
         "forward_gpu_time_s": statistics.median(s.forward_gpu_s for s in steps) / calls,
         "n_kernels": statistics.median(s.n_kernels for s in steps) / calls,
         "forward_n_kernels": statistics.median(s.forward_n_kernels for s in steps) / calls,
-        "traced_host_time_s": statistics.median(s.host_s for s in steps) / calls,
-        "traced_forward_host_time_s": statistics.median(s.forward_host_s for s in steps) / calls,
+        "traced_host_time_s": statistics.median(s.host_s for s in spans) / calls,
+        "traced_forward_host_time_s": statistics.median(s.forward_host_s for s in spans) / calls,
         "wall_time_s": wall.total_time_s / wall.iterations,
         "wall_number_per_run": wall.number_per_run,
         "launch_gap_s": kineto.launch_gap_s(trace),
@@ -303,7 +310,7 @@ def trace_workload(
         "backward": workload.backward,
     }
     if annotator is not None:
-        record["breakdown"] = _breakdown(trace, annotator)
+        record["breakdown"] = _breakdown(annotated, annotator)
     return record
 
 
