@@ -389,8 +389,11 @@ def load_study(config: dict[str, Any], *, check_models: bool = True) -> Study:
             slurm_constraint=g.get("slurm_constraint"),
         )
     modes = tuple(m for m in MODES if m in config["modes"])
-    if gpus and not model_inputs:
-        raise ConfigError("models: give at least one model-input set to profile on gpus")
+    if gpus and not model_inputs and not any(config["op_space"]["samples"].values()):
+        raise ConfigError(
+            "models: give at least one model-input set to profile on gpus "
+            "(or op_space.samples to sample the op space on them)"
+        )
     included = _load_includes(config["include"], gpus)
     if not gpus and not included:
         raise ConfigError(

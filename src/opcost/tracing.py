@@ -315,7 +315,7 @@ def trace_workload(
 
 
 def _host_times(
-    workload: harness.Workload, device: torch.device, burst: int
+    workload: harness.Workload, device: torch.device, burst: int, repeats: int = HOST_REPEATS
 ) -> tuple[list[float], list[float]]:
     """Untraced host time per step, whole and its forward pass: ``HOST_REPEATS`` bursts of
     ``burst`` steps, each right after a synchronisation, so that the host issues them
@@ -323,7 +323,7 @@ def _host_times(
     fwd, bwd = workload.forward_pass, workload.backward_pass
     host, host_fwd = [], []
     with workload.context(), harness._no_cyclic_gc():
-        for _ in range(HOST_REPEATS):
+        for _ in range(repeats):
             _sync(device)
             forward_s = 0.0
             t0 = time.perf_counter()

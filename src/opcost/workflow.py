@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import math
 import os
 import time
 from functools import cache
@@ -19,7 +20,7 @@ import pandas as pd
 
 from opcost.config import Study
 from opcost.errors import OpcostError
-from opcost.io import write_atomic
+from opcost.io import write_atomic, write_parquet_atomic
 from opcost.names import parse_setting
 
 MEASUREMENT_PARAMS = (
@@ -251,3 +252,46 @@ def _write_job_log(
     summary["worker_pid"] = worker.pid()
     summary["slurm_job_id"] = os.environ.get("SLURM_JOB_ID")
     write_atomic(path, json.dumps(summary) + "\n")
+
+
+# -- the op-space study (opcost.opspace) ---------------------------------------------------
+
+
+def op_space_chunks(study: Study) -> list[int]:
+    """Chunk numbers of the op-space study (its measuring jobs per GPU configuration)."""
+    op_space = study.config["op_space"]
+    total = sum(op_space["samples"].values())
+    return list(range(math.ceil(total / op_space["chunk_size"])))
+
+
+def op_space_sampling_params(study: Study) -> dict[str, Any]:
+    """The op-space settings that change the sampled configurations."""
+    op_space = study.config["op_space"]
+    return {k: op_space[k] for k in ("samples", "power_samples", "seed")}
+
+
+def run_op_space_samples(params: dict[str, Any], output: str) -> None:
+    """Sample the op space (:func:`opcost.opspace.sample`); mark the power samples."""
+    from opcost import opspace
+
+    table = opspace.sample(dict(params["samples"]), seed=params["seed"])
+    rank = table.groupby("family").cumcount()
+    table["power"] = rank < params["power_samples"]
+    write_parquet_atomic(table, output)
+
+
+def run_op_space_chunk(study: Study, wildcards: Any, input: Any, output: Any, log: Any) -> None:
+    """Entry point of rule ``measure_op_space`` (in the measurement worker)."""
+    from opcost import worker
+
+    started = time.time()
+    summary = worker.call(
+        "opcost.opspace_measure:measure_chunk_file",
+        gpu=study.gpus[wildcards.gpu],
+        profile_config=dict(study.config["profile"]),
+        samples_path=str(input.samples),
+        chunk=int(wildcards.chunk),
+        chunk_size=int(study.config["op_space"]["chunk_size"]),
+        out_path=str(output.table),
+    )
+    _write_job_log(log.job, summary, tuple(summary), started)

@@ -1,0 +1,521 @@
+"""The op space: operation configurations sampled from each op type's parameter ranges.
+
+The training data of the op models (docs/op-space.md) comes from configurations drawn
+from ranges, not from a list of networks, so that a network nobody measured is predicted
+from ops like its own rather than from the nearest network. Each *family* (convolutions,
+linear layers, batched matrix products, attention, norms, activations, pooling,
+elementwise ops, softmax, dropout, concatenation, copies, views) maps a point of the unit
+cube to one configuration: log-uniform sizes (batch 1-256, channels 3-2048, spatial
+7-224, ...), categorical choices (kernel 1-7, stride, dilation, groups up to depthwise,
+channels-last inputs, the op type within the family). Points come from a scrambled Sobol
+sequence (space-filling); :func:`sample` takes ``n`` points per family from a given
+offset, so a second round (adaptive: more points for the families the model misses
+most, :func:`allocate`) continues the same sequence without repeating a configuration.
+
+A configuration is built on PyTorch's ``meta`` device, called as a network calls it, and
+recorded with extraction's own spec builder (:func:`opcost.spec.make_spec`), so its spec
+and ``op_id`` are exactly those extraction gives the same layer in a network. A
+configuration whose step would exceed :data:`MAX_FORWARD_FLOPS` or whose largest tensor
+would exceed :data:`MAX_TENSOR_BYTES` has its batch (then its spatial size or sequence)
+halved until it fits, so that one configuration never costs more than a few ms per step.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from torch.overrides import resolve_name
+
+from opcost import spec as specs
+from opcost.errors import OpcostError
+
+#: Upper bounds of one configuration (float32): forward FLOPs and its largest tensor.
+MAX_FORWARD_FLOPS = 2.0e11
+MAX_TENSOR_BYTES = 2**29
+#: Columns of a table of sampled configurations.
+COLUMNS = ("op_id", "family", "type", "kind", "spec", "sample", "round")
+
+
+class OpSpaceError(OpcostError, ValueError):
+    """The op space cannot be sampled as asked (unknown family, bad counts)."""
+
+
+# -- mapping unit coordinates to parameters ----------------------------------------------
+
+
+def log_int(u: float, lo: int, hi: int) -> int:
+    """An integer log-uniform in ``[lo, hi]`` at quantile ``u``."""
+    return int(min(hi, max(lo, round(math.exp(math.log(lo) + u * math.log(hi / lo))))))
+
+
+def pick(u: float, options: Sequence[Any], weights: Sequence[float] | None = None) -> Any:
+    """The option at quantile ``u`` of the (weighted) options."""
+    w = np.asarray(weights if weights is not None else [1.0] * len(options), dtype=float)
+    edges = np.cumsum(w / w.sum())
+    return options[min(int(np.searchsorted(edges, u, side="right")), len(options) - 1)]
+
+
+def _round_to(value: int, multiple: int) -> int:
+    return max(multiple, int(round(value / multiple)) * multiple)
+
+
+# -- building one configuration ------------------------------------------------------------
+
+
+@dataclass
+class Call:
+    """One configuration ready to record: a module or function, and how it is called."""
+
+    fn: Callable[..., Any]
+    args: tuple
+    kwargs: dict[str, Any]
+    module: torch.nn.Module | None = None
+
+
+def _t(*shape: int, channels_last: bool = False) -> torch.Tensor:
+    x = torch.empty(shape, device="meta")
+    if channels_last and len(shape) == 4:
+        x = x.contiguous(memory_format=torch.channels_last)
+    return x
+
+
+def _m(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Call:
+    return Call(module, args, kwargs, module.eval())
+
+
+def _f(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Call:
+    return Call(fn, args, kwargs)
+
+
+def _nchw(p: dict[str, Any]) -> tuple[int, int, int, int]:
+    return p["batch"], p["channels"], p["spatial"], p["spatial"]
+
+
+def _conv(u: Sequence[float]) -> dict[str, Any]:
+    cin = log_int(u[1], 3, 2048)
+    cout = log_int(u[2], 8, 2048)
+    kind = pick(u[6], ["dense", "depthwise", "grouped"], [0.6, 0.25, 0.15])
+    groups = 1
+    if kind == "depthwise":
+        cin = max(cin, 8)
+        groups, cout = cin, cin * pick(u[10], [1, 1, 1, 2])
+    elif kind == "grouped":
+        width = pick(u[10], [4, 8, 16, 32, 64])
+        cin = _round_to(max(cin, 2 * width), width)
+        groups = cin // width
+        cout = _round_to(cout, groups)
+    return {
+        "batch": log_int(u[0], 1, 256),
+        "cin": cin,
+        "cout": cout,
+        "kernel": pick(u[3], [1, 3, 5, 7], [0.35, 0.4, 0.1, 0.15]),
+        "stride": pick(u[4], [1, 2], [0.75, 0.25]),
+        "dilation": pick(u[5], [1, 2], [0.9, 0.1]),
+        "groups": groups,
+        "spatial": log_int(u[7], 7, 224),
+        "bias": u[8] < 0.3,
+        "channels_last": u[9] < 0.25,
+    }
+
+
+def _conv_call(p: dict[str, Any]) -> Call:
+    k, d = p["kernel"], p["dilation"]
+    conv = torch.nn.Conv2d(
+        p["cin"], p["cout"], k, stride=p["stride"], padding=(k // 2) * d, dilation=d,
+        groups=p["groups"], bias=p["bias"], device="meta",
+    )  # fmt: skip
+    cl = p["channels_last"]
+    return _m(conv, _t(p["batch"], p["cin"], p["spatial"], p["spatial"], channels_last=cl))
+
+
+def _linear(u: Sequence[float]) -> dict[str, Any]:
+    return {
+        "batch": log_int(u[0], 1, 256),
+        "tokens": pick(u[1], [0, 1], [0.5, 0.5]) and log_int(u[2], 4, 1024),
+        "fin": log_int(u[3], 8, 8192),
+        "fout": log_int(u[4], 8, 8192),
+        "bias": u[5] < 0.8,
+    }
+
+
+def _linear_call(p: dict[str, Any]) -> Call:
+    lin = torch.nn.Linear(p["fin"], p["fout"], bias=p["bias"], device="meta")
+    shape = (p["batch"], p["tokens"], p["fin"]) if p["tokens"] else (p["batch"], p["fin"])
+    return _m(lin, _t(*shape))
+
+
+def _matmul(u: Sequence[float]) -> dict[str, Any]:
+    return {
+        "type": pick(u[0], ["matmul", "bmm", "operator"]),
+        "batch": log_int(u[1], 1, 256),
+        "heads": pick(u[2], [0, 1], [0.5, 0.5]) and log_int(u[3], 2, 16),
+        "m": log_int(u[4], 4, 2048),
+        "k": log_int(u[5], 8, 2048),
+        "n": log_int(u[6], 4, 2048),
+    }
+
+
+def _matmul_call(p: dict[str, Any]) -> Call:
+    lead = (p["batch"], p["heads"]) if p["heads"] and p["type"] != "bmm" else (p["batch"],)
+    a, b = _t(*lead, p["m"], p["k"]), _t(*lead, p["k"], p["n"])
+    fn = {"matmul": torch.matmul, "bmm": torch.bmm, "operator": torch.Tensor.__matmul__}
+    return _f(fn[p["type"]], a, b)
+
+
+def _attention(u: Sequence[float]) -> dict[str, Any]:
+    head_dim = pick(u[2], [32, 64, 128], [0.3, 0.5, 0.2])
+    return {
+        "type": pick(u[0], ["mha", "sdpa"], [0.6, 0.4]),
+        "batch": log_int(u[1], 1, 256),
+        "heads": log_int(u[3], 1, 16),
+        "head_dim": head_dim,
+        "tokens": log_int(u[4], 16, 1024),
+    }
+
+
+def _attention_call(p: dict[str, Any]) -> Call:
+    b, h, d, n = p["batch"], p["heads"], p["head_dim"], p["tokens"]
+    if p["type"] == "mha":
+        mha = torch.nn.MultiheadAttention(h * d, h, batch_first=True, device="meta")
+        x = _t(b, n, h * d)
+        return _m(mha, x, x, x, need_weights=False)
+    q, k, v = _t(b, h, n, d), _t(b, h, n, d), _t(b, h, n, d)
+    return _f(torch.nn.functional.scaled_dot_product_attention, q, k, v)
+
+
+def _tensor_shape(u: Sequence[float]) -> dict[str, Any]:
+    """An activation tensor: NCHW (optionally channels-last) or tokens (N, L, C)."""
+    return {
+        "batch": log_int(u[0], 1, 256),
+        "layout": pick(u[1], ["nchw", "tokens"], [0.7, 0.3]),
+        "channels": log_int(u[2], 8, 2048),
+        "spatial": log_int(u[3], 1, 112),
+        "tokens": log_int(u[3], 4, 1024),
+        "channels_last": u[4] < 0.25,
+    }
+
+
+def _tensor(p: dict[str, Any]) -> torch.Tensor:
+    if p["layout"] == "tokens":
+        return _t(p["batch"], p["tokens"], p["channels"])
+    return _t(*_nchw(p), channels_last=p["channels_last"])
+
+
+def _norm(u: Sequence[float]) -> dict[str, Any]:
+    p = _tensor_shape(u)
+    p["type"] = pick(u[5], ["batchnorm", "layernorm", "layernorm2d", "groupnorm"])
+    p["layout"] = "tokens" if p["type"] == "layernorm" else "nchw"
+    p["spatial"] = max(p["spatial"], 2) if p["type"] == "batchnorm" else p["spatial"]
+    if p["type"] == "groupnorm":
+        p["channels"] = _round_to(p["channels"], 32)
+    return p
+
+
+def _norm_call(p: dict[str, Any]) -> Call:
+    from torchvision.models.convnext import LayerNorm2d
+
+    c = p["channels"]
+    module = {
+        "batchnorm": lambda: torch.nn.BatchNorm2d(c, device="meta"),
+        "layernorm": lambda: torch.nn.LayerNorm(c, device="meta"),
+        "layernorm2d": lambda: LayerNorm2d(c, device="meta"),
+        "groupnorm": lambda: torch.nn.GroupNorm(32, c, device="meta"),
+    }[p["type"]]()
+    return _m(module, _tensor(p))
+
+
+_ACTIVATIONS = ("ReLU", "ReLU6", "GELU", "SiLU", "Hardswish", "Hardsigmoid", "Sigmoid", "Tanh")
+_INPLACE = frozenset({"ReLU", "ReLU6", "SiLU", "Hardswish", "Hardsigmoid"})
+
+
+def _activation(u: Sequence[float]) -> dict[str, Any]:
+    p = _tensor_shape(u)
+    p["type"] = pick(u[5], _ACTIVATIONS)
+    p["inplace"] = p["type"] in _INPLACE and u[6] < 0.6
+    return p
+
+
+def _activation_call(p: dict[str, Any]) -> Call:
+    cls = getattr(torch.nn, p["type"])
+    return _m(cls(inplace=True) if p["inplace"] else cls(), _tensor(p))
+
+
+def _pool(u: Sequence[float]) -> dict[str, Any]:
+    p = _tensor_shape(u)
+    p["layout"] = "nchw"
+    p["spatial"] = max(2, log_int(u[3], 2, 224))
+    p["type"] = pick(u[5], ["max", "avg", "adaptive"], [0.45, 0.2, 0.35])
+    p["kernel"] = pick(u[6], [2, 3])
+    p["output"] = pick(u[6], [1, 7], [0.8, 0.2])
+    return p
+
+
+def _pool_call(p: dict[str, Any]) -> Call:
+    k = min(p["kernel"], p["spatial"])
+    module = {
+        "max": lambda: torch.nn.MaxPool2d(k, stride=2, padding=k // 2 if k == 3 else 0),
+        "avg": lambda: torch.nn.AvgPool2d(k, stride=2),
+        "adaptive": lambda: torch.nn.AdaptiveAvgPool2d(p["output"]),
+    }[p["type"]]()
+    return _m(module, _tensor(p))
+
+
+def _elementwise(u: Sequence[float]) -> dict[str, Any]:
+    p = _tensor_shape(u)
+    p["type"] = pick(u[5], ["add", "add_", "mul", "scale", "mean", "stochastic_depth"])
+    if p["type"] in ("scale", "mean"):
+        p["layout"] = "nchw"
+    return p
+
+
+def _elementwise_call(p: dict[str, Any]) -> Call:
+    from torchvision.ops import StochasticDepth
+
+    x, kind = _tensor(p), p["type"]
+    if kind in ("add", "add_", "mul"):
+        fn = {"add": torch.Tensor.add, "add_": torch.Tensor.add_, "mul": torch.Tensor.mul}[kind]
+        return _f(fn, x, _tensor(p))
+    if kind == "scale":  # squeeze-and-excitation: (N, C, 1, 1) times (N, C, H, W)
+        return _f(torch.Tensor.mul, x, _t(p["batch"], p["channels"], 1, 1))
+    if kind == "mean":
+        return _f(torch.Tensor.mean, x, [2, 3], keepdim=True)
+    return _m(StochasticDepth(0.1, "row"), x)
+
+
+def _softmax(u: Sequence[float]) -> dict[str, Any]:
+    return {
+        "type": pick(u[0], ["function", "module"]),
+        "batch": log_int(u[1], 1, 256),
+        "heads": log_int(u[2], 1, 16),
+        "rows": log_int(u[3], 1, 1024),
+        "cols": log_int(u[4], 16, 1024),
+    }
+
+
+def _softmax_call(p: dict[str, Any]) -> Call:
+    x = _t(p["batch"], p["heads"], p["rows"], p["cols"])
+    if p["type"] == "module":
+        return _m(torch.nn.Softmax(dim=-1), x)
+    return _f(torch.softmax, x, -1)
+
+
+def _dropout(u: Sequence[float]) -> dict[str, Any]:
+    p = _tensor_shape(u)
+    p["p"] = pick(u[5], [0.1, 0.2, 0.5])
+    return p
+
+
+def _dropout_call(p: dict[str, Any]) -> Call:
+    return _m(torch.nn.Dropout(p["p"]), _tensor(p))
+
+
+def _cat(u: Sequence[float]) -> dict[str, Any]:
+    p = _tensor_shape(u)
+    p["layout"] = "nchw"
+    p["parts"] = pick(u[5], [2, 3, 4], [0.6, 0.2, 0.2])
+    return p
+
+
+def _cat_call(p: dict[str, Any]) -> Call:
+    parts = tuple(_tensor(p) for _ in range(p["parts"]))
+    return _f(torch.cat, parts, dim=1)
+
+
+def _copy(u: Sequence[float]) -> dict[str, Any]:
+    p = _tensor_shape(u)
+    p["layout"] = "nchw"
+    p["view"] = pick(u[5], ["shuffle", "permute"])
+    return p
+
+
+def _copy_call(p: dict[str, Any]) -> Call:
+    n, c, h, w = _nchw(p)
+    if p["view"] == "shuffle":  # shufflenet's channel shuffle: the transposed groups
+        c = _round_to(c, 2)
+        x = _t(n, 2, c // 2, h, w).transpose(1, 2)
+    else:  # NCHW to channels-last order, as convnext's Permute leaves it
+        x = _t(n, c, h, w).permute(0, 2, 3, 1)
+    return _f(torch.Tensor.contiguous, x)
+
+
+def _view(u: Sequence[float]) -> dict[str, Any]:
+    p = _tensor_shape(u)
+    p["layout"] = "nchw"
+    p["type"] = pick(u[5], ["flatten", "Flatten", "view", "permute", "transpose"])
+    p["channels_last"] = p["channels_last"] and p["type"] in ("permute", "transpose")
+    return p
+
+
+def _view_call(p: dict[str, Any]) -> Call:
+    x = _tensor(p)
+    kind = p["type"]
+    if kind == "flatten":
+        return _f(torch.flatten, x, 1)
+    if kind == "Flatten":
+        return _m(torch.nn.Flatten(), x)
+    if kind == "view":
+        return _f(torch.Tensor.view, x, p["batch"], -1)
+    if kind == "permute":
+        return _f(torch.Tensor.permute, x, 0, 2, 3, 1)
+    return _f(torch.transpose, x, 1, 2)
+
+
+@dataclass(frozen=True)
+class Family:
+    """One op family: its dimensions in the unit cube, and how a point becomes a call."""
+
+    name: str
+    dims: int
+    params: Callable[[Sequence[float]], dict[str, Any]]
+    call: Callable[[dict[str, Any]], Call]
+
+
+FAMILIES: dict[str, Family] = {
+    f.name: f
+    for f in (
+        Family("conv", 11, _conv, _conv_call),
+        Family("linear", 6, _linear, _linear_call),
+        Family("matmul", 7, _matmul, _matmul_call),
+        Family("attention", 5, _attention, _attention_call),
+        Family("norm", 6, _norm, _norm_call),
+        Family("activation", 7, _activation, _activation_call),
+        Family("pool", 7, _pool, _pool_call),
+        Family("elementwise", 6, _elementwise, _elementwise_call),
+        Family("softmax", 5, _softmax, _softmax_call),
+        Family("dropout", 6, _dropout, _dropout_call),
+        Family("cat", 6, _cat, _cat_call),
+        Family("copy", 6, _copy, _copy_call),
+        Family("view", 6, _view, _view_call),
+    )
+}
+
+
+# -- recording -------------------------------------------------------------------------------
+
+
+def record(call: Call) -> dict[str, Any]:
+    """The spec extraction records for this call (module: its type and attributes)."""
+    with torch.no_grad():
+        out = call.fn(*call.args, **call.kwargs)
+    if call.module is not None:
+        cls = type(call.module)
+        spec = specs.make_spec(
+            "module",
+            specs.qualified_name(cls),
+            call.args,
+            call.kwargs,
+            out,
+            attrs=specs.module_attrs(call.module),
+        )
+    else:
+        spec = specs.make_spec("function", resolve_name(call.fn), call.args, call.kwargs, out)
+    if spec is None:  # pragma: no cover - every family's call has a JSON form
+        raise OpSpaceError(f"cannot record {call.fn!r}")
+    return spec
+
+
+def _size(spec: dict[str, Any]) -> tuple[float, int]:
+    from opcost.model.features import op_counts
+
+    flops = op_counts(specs.canonical_json(spec))["flops"]
+    tensors = [*spec["inputs"], *spec["outputs"]]
+    largest = max((math.prod(t["shape"]) for t in tensors), default=0)
+    return flops, 4 * largest
+
+
+def build(family: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The spec of one configuration, shrunk to the size bounds (module docstring)."""
+    fam = FAMILIES[family]
+    p = dict(params)
+    for _ in range(64):
+        spec = record(fam.call(p))
+        flops, largest = _size(spec)
+        if flops <= MAX_FORWARD_FLOPS and largest <= MAX_TENSOR_BYTES:
+            return spec
+        if p.get("batch", 1) > 1:
+            p["batch"] = max(1, p["batch"] // 2)
+        elif p.get("spatial", 1) > 7:
+            p["spatial"] = max(7, p["spatial"] // 2)
+        elif p.get("tokens", 1) > 16:
+            p["tokens"] = max(16, p["tokens"] // 2)
+        else:
+            for key in ("channels", "cin", "cout", "fin", "fout", "m", "n", "k"):
+                if key in p and p[key] > 16:
+                    p[key] = p[key] // 2
+                    break
+            else:
+                return spec
+    return spec
+
+
+def points(family: str, n: int, *, seed: int, start: int = 0) -> np.ndarray:
+    """Points ``start .. start + n - 1`` of the family's scrambled Sobol sequence."""
+    from scipy.stats import qmc
+
+    sobol = qmc.Sobol(FAMILIES[family].dims, scramble=True, seed=seed + _stable(family))
+    if start:
+        sobol.fast_forward(start)
+    with warnings.catch_warnings():  # balance needs n a power of 2; any n is space-filling
+        warnings.simplefilter("ignore", UserWarning)
+        return sobol.random(n)
+
+
+def _stable(text: str) -> int:
+    return int.from_bytes(text.encode(), "little") % 100_003
+
+
+def sample(
+    counts: dict[str, int],
+    *,
+    seed: int = 0,
+    starts: dict[str, int] | None = None,
+    round_: int = 1,
+) -> pd.DataFrame:
+    """``counts[family]`` configurations per family, as a table of :data:`COLUMNS`.
+
+    ``starts[family]``: the first point of the family's sequence to take (a later
+    round continues where the earlier stopped). Configurations that repeat an earlier
+    one (a categorical family has few distinct small configurations) are dropped.
+    """
+    unknown = sorted(set(counts) - set(FAMILIES))
+    if unknown:
+        raise OpSpaceError(f"unknown op families {unknown}; expected some of {sorted(FAMILIES)}")
+    rows = []
+    for family, n in counts.items():
+        if n < 0:
+            raise OpSpaceError(f"op family {family}: {n} samples asked, expected at least 0")
+        start = (starts or {}).get(family, 0)
+        for i, u in enumerate(points(family, n, seed=seed, start=start)):
+            spec = build(family, FAMILIES[family].params(u))
+            rows.append(
+                {
+                    "op_id": specs.op_id(spec),
+                    "family": family,
+                    "type": spec["type"],
+                    "kind": spec["kind"],
+                    "spec": specs.canonical_json(spec),
+                    "sample": start + i,
+                    "round": round_,
+                }
+            )
+    table = pd.DataFrame(rows, columns=list(COLUMNS))
+    return table.drop_duplicates("op_id", ignore_index=True)
+
+
+def allocate(errors: dict[str, float], total: int, *, floor: int = 0) -> dict[str, int]:
+    """Samples of an adaptive round per family: ``floor`` each, the rest in proportion to
+    the family's error in the round before (e.g. its cross-validated MAPE)."""
+    if total < floor * len(errors):
+        raise OpSpaceError(f"{total} samples cannot give {floor} to each of {len(errors)}")
+    weights = {f: max(float(e), 0.0) for f, e in errors.items()}
+    spare = total - floor * len(errors)
+    mass = sum(weights.values()) or 1.0
+    out = {f: floor + int(spare * w / mass) for f, w in weights.items()}
+    return out

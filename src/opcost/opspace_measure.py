@@ -1,0 +1,243 @@
+"""Cheap measurements of sampled op configurations: kernel time, host time, some power.
+
+An op-space job (:func:`measure_chunk`) measures one chunk of the sampled configurations
+(:mod:`opcost.opspace`) on one GPU configuration, in both modes, in one process:
+
+* **GPU time and kernels** of every configuration, from ``TRACE_STEPS`` steps under
+  ``torch.profiler`` after ``WARMUP_STEPS`` untraced ones (:mod:`opcost.kineto`): the
+  sum of a step's kernel durations on the device, which needs no 1-s window;
+* **host time**: the untraced time to issue one step (:func:`opcost.tracing._host_times`,
+  ``HOST_REPEATS`` bursts);
+* **power**, for the configurations marked ``power`` only: the NVML energy counter over
+  a timed loop of at least ``POWER_WINDOW_S`` (the counter and the power reading update
+  about every 100 ms: a 1-s window holds about ten updates), with the loop's time per
+  step, so that an op's busy power follows as in :mod:`opcost.validate.replay`;
+* per chunk: the host-speed probe (:func:`opcost.tracing.host_probe_s`), a
+  synchronisation's cost, the idle power before the chunk, and the device's peak
+  matrix-product and memory rates (:func:`opcost.peaks.measure_peaks`, the roofline's
+  ceilings) under the configuration's numerics.
+
+A configuration that cannot run here (out of memory, unsupported) is a row with
+``status: failed`` and the reason; the chunk goes on. The table is written whole, or
+not at all. Rows carry the provenance (GPU, driver, torch, host, host CPU, time).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+
+from opcost import harness, kineto, profile, tracing
+from opcost.io import read_parquet, write_parquet_atomic
+from opcost.peaks import measure_peaks
+
+WARMUP_STEPS = 3
+HOST_REPEATS = 5
+POWER_WINDOW_S = 1.0
+IDLE_WINDOW_S = 1.0
+MODES = ("inference", "training")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _power_window(
+    workload: harness.Workload, device: torch.device, counter: Any
+) -> dict[str, float]:
+    """Mean power (W) and time per call (s) over a loop of at least ``POWER_WINDOW_S``."""
+    calls = workload.calls_per_step
+    with workload.context(), harness._no_cyclic_gc():
+        _sync(device)
+        t0 = time.perf_counter()
+        e0 = counter.read_mj()
+        steps = 0
+        while time.perf_counter() - t0 < POWER_WINDOW_S:
+            for _ in range(8):
+                workload.step()
+            steps += 8
+            _sync(device)
+        e1 = counter.read_mj()
+        t1 = time.perf_counter()
+    return {
+        "power_w": (e1 - e0) / 1e3 / (t1 - t0),
+        "power_window_s": t1 - t0,
+        "power_time_s": (t1 - t0) / (steps * calls),
+    }
+
+
+def idle_power_w(device: torch.device, counter: Any) -> float:
+    """The GPU's mean power while nothing runs on it, over ``IDLE_WINDOW_S``."""
+    _sync(device)
+    t0, e0 = time.perf_counter(), counter.read_mj()
+    time.sleep(IDLE_WINDOW_S)
+    e1, t1 = counter.read_mj(), time.perf_counter()
+    return (e1 - e0) / 1e3 / (t1 - t0)
+
+
+def measure_one(
+    spec: dict[str, Any], opts: harness.HarnessOptions, counter: Any = None
+) -> dict[str, Any]:
+    """One configuration in one mode: GPU time, kernels, host time (and power with a
+    ``counter``); per call, as the module docstring says."""
+    device = torch.device(opts.device)
+    t0 = time.perf_counter()
+    try:
+        workload = harness.prepare_op(spec, opts)
+        calls = workload.calls_per_step
+        with workload.context(), harness._no_cyclic_gc():
+            for _ in range(WARMUP_STEPS):
+                workload.step()
+            _sync(device)
+        steps = kineto.steps(tracing._profile(workload, device, None))
+        kernels = statistics.median(s.n_kernels for s in steps)
+        burst = max(
+            1,
+            min(
+                tracing.HOST_BURST_STEPS,
+                int(tracing.HOST_BURST_LAUNCHES // max(kernels, 1)),
+            ),
+        )
+        gpu_step_s = statistics.median(s.gpu_s for s in steps)
+        if gpu_step_s > 2e-3:  # a long step: its host time is small beside it, keep it cheap
+            burst = 1
+        host, host_fwd = tracing._host_times(workload, device, burst, HOST_REPEATS)
+        row: dict[str, Any] = {
+            "status": "ok",
+            "failure_reason": None,
+            "calls_per_step": calls,
+            "gpu_time_s": gpu_step_s / calls,
+            "sigma_gpu_time_s": tracing._spread([s.gpu_s for s in steps]) / calls,
+            "forward_gpu_time_s": statistics.median(s.forward_gpu_s for s in steps) / calls,
+            "n_kernels": kernels / calls,
+            "forward_n_kernels": statistics.median(s.forward_n_kernels for s in steps) / calls,
+            "host_time_s": statistics.median(host) / calls,
+            "sigma_host_time_s": tracing._spread(host) / calls,
+            "forward_host_time_s": statistics.median(host_fwd) / calls,
+            "block_size": workload.block_size,
+            "inplace_substituted": workload.inplace_substituted,
+        }
+        if counter is not None:
+            row.update(_power_window(workload, device, counter))
+        del workload
+    except Exception as e:  # noqa: BLE001 - an op that cannot run is a failed row
+        if not (isinstance(e, harness.OpCannotRun) or harness.is_out_of_memory(e)):
+            raise
+        row = {"status": "failed", "failure_reason": f"{type(e).__name__}: {e}"[:500]}
+    finally:
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    row["measure_s"] = time.perf_counter() - t0
+    return row
+
+
+def measure_chunk(
+    *,
+    gpu: Any,
+    profile_config: dict[str, Any],
+    samples: pd.DataFrame,
+    out_path: str | Path,
+    modes: tuple[str, ...] = MODES,
+) -> pd.DataFrame:
+    """Measure ``samples`` (columns ``op_id``, ``family``, ``spec``, ``power``) on GPU
+    configuration ``gpu`` in ``modes``; write the table to ``out_path`` and return it."""
+    from opcost import nvml
+
+    opts0 = profile.options_for(gpu, modes[0], profile_config)
+    device = torch.device(opts0.device)
+    rows = []
+    with profile.device_to_itself(opts0.device):
+        header = profile.record_header("op-space", gpu.name, "default", opts0, 1)
+        facts = tracing.host_facts(opts0.device)
+        counter = None
+        idle_w = math.nan
+        if device.type == "cuda":
+            uuid = nvml.cuda_device_uuid(torch.cuda.current_device())
+            counter = nvml.EnergyCounter(uuid)
+            if not counter.available:
+                counter = None
+            header["gpu_uuid"] = uuid
+        probe_start = tracing.host_probe_s(opts0.device)
+        if counter is not None:
+            idle_w = idle_power_w(device, counter)
+        peak = measure_peaks(opts0.device, opts0.dtype, tf32=opts0.tf32)
+        for mode in modes:
+            opts = profile.options_for(gpu, mode, profile_config)
+            harness.configure_numerics(opts)
+            for sample in samples.itertuples(index=False):
+                spec = json.loads(sample.spec)
+                row = measure_one(spec, opts, counter if bool(sample.power) else None)
+                row.update(
+                    op_id=sample.op_id,
+                    family=sample.family,
+                    op_type=spec["type"],
+                    spec=sample.spec,
+                    mode=mode,
+                    finished_unix_s=time.time(),
+                )
+                rows.append(row)
+        probe_end = tracing.host_probe_s(opts0.device)
+        if counter is not None:
+            counter.close()
+    table = pd.DataFrame(rows)
+    for key in ("gpu", "device", "dtype", "tf32", "gpu_name", "gpu_uuid", "torch_version"):
+        table[key] = header.get(key)
+    for key in ("cuda_version", "host", "started_unix_s"):
+        table[key] = header.get(key)
+    table["driver_version"] = _driver_version() if device.type == "cuda" else None
+    table["host_cpu"] = facts["host_cpu"]
+    table["sync_s"] = facts["sync_s"]
+    table["host_probe_s"] = statistics.median([probe_start, probe_end])
+    table["idle_power_w"] = idle_w
+    table["peak_matmul_flops_per_s"] = peak["matmul_flops_per_s"]
+    table["peak_memory_bytes_per_s"] = peak["memory_bytes_per_s"]
+    write_parquet_atomic(table, out_path)
+    return table
+
+
+def chunk_of(samples: pd.DataFrame, chunk: int, chunk_size: int) -> pd.DataFrame:
+    """The ``chunk``-th slice of ``chunk_size`` configurations (empty past the end)."""
+    return samples.iloc[chunk * chunk_size : (chunk + 1) * chunk_size]
+
+
+def measure_chunk_file(
+    *,
+    gpu: Any,
+    profile_config: dict[str, Any],
+    samples_path: str | Path,
+    chunk: int,
+    chunk_size: int,
+    out_path: str | Path,
+) -> dict[str, Any]:
+    """:func:`measure_chunk` of one chunk of a samples file; a summary for the job log."""
+    samples = chunk_of(read_parquet(samples_path), chunk, chunk_size)
+    table = measure_chunk(gpu=gpu, profile_config=profile_config, samples=samples, out_path=out_path)
+    ok = table[table["status"] == "ok"] if len(table) else table
+    return {
+        "status": "ok",
+        "configurations": len(samples),
+        "measured": len(ok),
+        "failed": len(table) - len(ok),
+        "device": table["device"].iloc[0] if len(table) else None,
+    }
+
+
+def _driver_version() -> str | None:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return str(pynvml.nvmlSystemGetDriverVersion())
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - provenance only
+        return None
