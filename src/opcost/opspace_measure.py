@@ -219,7 +219,9 @@ def measure_chunk_file(
 ) -> dict[str, Any]:
     """:func:`measure_chunk` of one chunk of a samples file; a summary for the job log."""
     samples = chunk_of(read_parquet(samples_path), chunk, chunk_size)
-    table = measure_chunk(gpu=gpu, profile_config=profile_config, samples=samples, out_path=out_path)
+    table = measure_chunk(
+        gpu=gpu, profile_config=profile_config, samples=samples, out_path=out_path
+    )
     ok = table[table["status"] == "ok"] if len(table) else table
     return {
         "status": "ok",
