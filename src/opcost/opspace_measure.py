@@ -216,9 +216,13 @@ def measure_chunk_file(
     chunk: int,
     chunk_size: int,
     out_path: str | Path,
+    families: list[str] | None = None,
 ) -> dict[str, Any]:
-    """:func:`measure_chunk` of one chunk of a samples file; a summary for the job log."""
+    """:func:`measure_chunk` of one chunk of a samples file (of its configurations in
+    ``families`` only, if given); a summary for the job log."""
     samples = chunk_of(read_parquet(samples_path), chunk, chunk_size)
+    if families is not None:
+        samples = samples[samples["family"].isin(families)]
     table = measure_chunk(
         gpu=gpu, profile_config=profile_config, samples=samples, out_path=out_path
     )

@@ -270,6 +270,30 @@ def op_space_sampling_params(study: Study) -> dict[str, Any]:
     return {k: op_space[k] for k in ("samples", "power_samples", "seed")}
 
 
+#: Op families whose kernels TF32 changes (cuBLAS and cuDNN matrix products).
+TF32_FAMILIES = ("conv", "linear", "matmul", "attention")
+
+
+def tf32_twin(study: Study, gpu: str) -> str | None:
+    """The study's configuration of the same GPU with TF32 on, for one with TF32 off (same
+    device, dtype and SLURM GPU model); None if there is none or TF32 is on."""
+    g = study.gpus[gpu]
+    if g.tf32:
+        return None
+    for name, other in study.gpus.items():
+        same = (other.device, other.dtype, other.slurm_gpu_model, other.slurm_constraint)
+        if other.tf32 and same == (g.device, g.dtype, g.slurm_gpu_model, g.slurm_constraint):
+            return name
+    return None
+
+
+def op_space_families(study: Study, gpu: str) -> list[str] | None:
+    """The op families configuration ``gpu`` measures: with TF32 off and a TF32 twin,
+    only :data:`TF32_FAMILIES` (the rest runs the same kernels and is the twin's);
+    else all (None)."""
+    return list(TF32_FAMILIES) if tf32_twin(study, gpu) else None
+
+
 def run_op_space_samples(params: dict[str, Any], output: str) -> None:
     """Sample the op space (:func:`opcost.opspace.sample`); mark the power samples."""
     from opcost import opspace
@@ -292,6 +316,7 @@ def run_op_space_chunk(study: Study, wildcards: Any, input: Any, output: Any, lo
         samples_path=str(input.samples),
         chunk=int(wildcards.chunk),
         chunk_size=int(study.config["op_space"]["chunk_size"]),
+        families=op_space_families(study, wildcards.gpu),
         out_path=str(output.table),
     )
     _write_job_log(log.job, summary, tuple(summary), started)

@@ -36,6 +36,7 @@ rule measure_op_space:
         constraint=get_slurm_constraint,
     params:
         gpu=lambda wildcards: wf.gpu_params(STUDY, wildcards.gpu),
+        families=lambda wildcards: wf.op_space_families(STUDY, wildcards.gpu),
     run:
         wf.run_op_space_chunk(STUDY, wildcards, input, output, log)
 
