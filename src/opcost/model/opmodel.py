@@ -1,0 +1,298 @@
+"""Op models learnt from the op-space study: GPU time through the roofline, host time, power.
+
+Per GPU configuration and op family (:func:`opcost.model.roofline.family_of`), fitted on
+the sampled configurations only (:mod:`opcost.opspace`; networks are never training
+data):
+
+* **efficiency** ``e = roofline time / GPU kernel time``, in (0, 1]: the roofline time
+  (:func:`~opcost.model.roofline.roofline_time_s`) is taken against the configuration's
+  *ceilings*: the measured peak rates (:mod:`opcost.peaks`), raised to the highest rate
+  any sample achieved (a tensor that stays in the L2 cache beats the DRAM rate), so
+  that no training sample exceeds 1. The model fits ``log e``; a tree's prediction is an
+  average of training values, so it stays in (0, 1], and an op heavier than any sample
+  is predicted in proportion to its work. GPU time = roofline time / e;
+* **kernels** per call (``log1p``), and in training the forward pass's share of the GPU
+  time, host time and kernels (a replay issues the forward, then the backward);
+* **host time** per call (``log``), relative to the host-speed probe of the chunk it was
+  measured in, so that a prediction can be for another host
+  (``host_time = ratio * probe``);
+* **busy power**: from the samples with a power window, the power while kernels run,
+  ``(P t - P_wait (t - g)) / g`` (:func:`opcost.validate.replay.busy_power_w`), one
+  model over all families (features: family, mode, log arithmetic intensity, predicted
+  efficiency); ``P_wait`` is the median window power of samples busy less than 10 % of
+  the time, else the idle power.
+
+Views (no kernels) take GPU time 0. A family the op space lacks for a configuration (a
+TF32-off configuration measures only the TF32 families; the rest is its twin's, see
+:func:`opcost.workflow.tf32_twin`) is learnt from the twin's rows. Regressors:
+``random_forest``, ``extra_trees``, ``gradient_boosting`` (:func:`opcost.train.make_regressor`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from opcost.model import roofline as rl
+from opcost.model.features import FeatureSchema, build_schema, encode_features
+from opcost.validate.replay import WAIT_SHARE
+
+#: Families without kernels: GPU time 0.
+NO_KERNEL_FAMILIES = ("view",)
+#: Features of the power model besides the family's one-hot.
+_POWER_FEATURES = ("training", "log_intensity", "efficiency")
+
+
+@dataclass
+class FamilyModel:
+    """The fitted regressors of one family: targets ``efficiency`` (log), ``kernels``
+    (log1p), ``host`` (log of host time / probe), and in training the forward shares."""
+
+    schema: FeatureSchema
+    fits: dict[str, Any]
+
+
+@dataclass
+class OpModel:
+    """One GPU configuration's op models (module docstring)."""
+
+    gpu: str
+    peaks: rl.Peaks
+    ceilings: rl.Peaks
+    host_probe_s: float
+    wait_power_w: float
+    families: dict[str, FamilyModel]
+    power_families: tuple[str, ...]
+    power_fit: Any = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def predict(self, ops: pd.DataFrame, host_probe_s: float | None = None) -> pd.DataFrame:
+        """Per row of ``ops`` (columns ``spec``, ``mode``; the configuration's numerics are
+        the model's): ``gpu_time_s``, ``forward_gpu_time_s``, ``n_kernels``,
+        ``forward_n_kernels``, ``host_time_s``, ``forward_host_time_s``, ``efficiency``,
+        ``roofline_time_s``, ``busy_power_w``, ``family``; host times for a host whose
+        probe is ``host_probe_s`` (default: the one measured with the training data)."""
+        probe = host_probe_s or self.host_probe_s
+        rows = _with_conditions(ops, self.meta)
+        fam = rows["op_type"].map(rl.family_of)
+        out = pd.DataFrame(index=rows.index)
+        out["family"] = fam
+        out["roofline_time_s"] = rl.roofline_times_s(
+            list(rows["spec"]), list(rows["mode"]), self.ceilings
+        )
+        for col in ("efficiency", "n_kernels", "host_ratio", "fwd_gpu", "fwd_host", "fwd_k"):
+            out[col] = np.nan
+        for name in fam.unique():
+            sel = fam == name
+            model = self.families.get(name) or self.families.get(_fallback(name, self.families))
+            if model is None:
+                continue
+            x = features(rows[sel], model.schema, out.loc[sel, "roofline_time_s"].to_numpy())
+            for target, col in (
+                ("efficiency", "efficiency"),
+                ("kernels", "n_kernels"),
+                ("host", "host_ratio"),
+                ("fwd_gpu", "fwd_gpu"),
+                ("fwd_host", "fwd_host"),
+                ("fwd_k", "fwd_k"),
+            ):
+                fit = model.fits.get(target)
+                if fit is not None:
+                    out.loc[sel, col] = fit.predict(x)
+        eff = np.exp(out["efficiency"]).clip(upper=1.0)
+        out["efficiency"] = eff
+        gpu = out["roofline_time_s"] / eff
+        no_kernels = fam.isin(NO_KERNEL_FAMILIES) | (out["roofline_time_s"] <= 0)
+        out["gpu_time_s"] = gpu.where(~no_kernels, 0.0).fillna(0.0)
+        out["n_kernels"] = np.expm1(out["n_kernels"]).clip(lower=0).where(~no_kernels, 0.0)
+        out["host_time_s"] = np.exp(out["host_ratio"]) * probe
+        training = rows["mode"].to_numpy() == "training"
+        for share, total, col in (
+            ("fwd_gpu", "gpu_time_s", "forward_gpu_time_s"),
+            ("fwd_host", "host_time_s", "forward_host_time_s"),
+            ("fwd_k", "n_kernels", "forward_n_kernels"),
+        ):
+            s = out[share].clip(0, 1).fillna(0.5)
+            out[col] = np.where(training, out[total] * s, out[total])
+        out["busy_power_w"] = self._busy_power(out, rows)
+        return out.drop(columns=["host_ratio", "fwd_gpu", "fwd_host", "fwd_k"])
+
+    def _busy_power(self, out: pd.DataFrame, rows: pd.DataFrame) -> np.ndarray:
+        if self.power_fit is None:
+            return np.full(len(out), np.nan)
+        x = _power_x(out["family"], rows["mode"], _intensity(rows), out["efficiency"])
+        x = x.reindex(columns=_power_columns(self.power_families), fill_value=0.0)
+        return self.power_fit.predict(x.to_numpy())
+
+
+def _fallback(family: str, families: dict[str, FamilyModel]) -> str:
+    """The family whose model stands in for one without: memory-bound ops take the
+    elementwise model."""
+    return "elementwise" if "elementwise" in families else next(iter(families), "")
+
+
+def _with_conditions(ops: pd.DataFrame, meta: dict[str, Any]) -> pd.DataFrame:
+    rows = ops.copy()
+    if "op_type" not in rows:
+        rows["op_type"] = [json.loads(s)["type"] for s in rows["spec"]]
+    rows["dtype"] = meta.get("dtype", "float32")
+    rows["tf32"] = bool(meta.get("tf32", True))
+    for c in ("sm_clock_mhz", "mem_clock_mhz", "power_limit_w"):
+        rows[c] = np.nan
+    return rows
+
+
+def _intensity(rows: pd.DataFrame) -> np.ndarray:
+    works = [rl.op_work(json.loads(s), m) for s, m in zip(rows["spec"], rows["mode"], strict=True)]
+    return np.array([w.flops / w.bytes if w.bytes > 0 else 0.0 for w in works])
+
+
+def _power_columns(families: tuple[str, ...]) -> list[str]:
+    return [f"family[{f}]" for f in families] + list(_POWER_FEATURES)
+
+
+def _power_x(
+    family: pd.Series, mode: pd.Series, intensity: np.ndarray, efficiency: pd.Series
+) -> pd.DataFrame:
+    x = pd.get_dummies(family.to_numpy(), prefix="family", prefix_sep="[").astype(float)
+    x.columns = [f"{c}]" for c in x.columns]
+    x["training"] = (mode.to_numpy() == "training").astype(float)
+    x["log_intensity"] = np.log1p(intensity)
+    x["efficiency"] = efficiency.to_numpy()
+    return x
+
+
+# -- fitting --------------------------------------------------------------------------------
+
+
+def ceilings(table: pd.DataFrame, peaks: rl.Peaks) -> rl.Peaks:
+    """The measured peaks, raised to the highest FLOP and byte rate any sample achieved."""
+    ok = table[(table["gpu_time_s"] > 0) & table["family"].ne("view")]
+    works = [rl.op_work(json.loads(s), m) for s, m in zip(ok["spec"], ok["mode"], strict=True)]
+    t = ok["gpu_time_s"].to_numpy()
+    flops = max((w.flops / g for w, g in zip(works, t, strict=True)), default=0.0)
+    moved = max((w.bytes / g for w, g in zip(works, t, strict=True)), default=0.0)
+    return rl.Peaks(max(peaks.matmul_flops_per_s, flops), max(peaks.memory_bytes_per_s, moved))
+
+
+def training_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """The usable samples (``status`` ok, finite times) with the model's targets."""
+    rows = table[(table["status"] == "ok") & table["host_time_s"].gt(0)].copy()
+    rows["op_type"] = rows["op_type"].astype(str)
+    rows["dtype"] = rows["dtype"].astype(str)
+    rows["tf32"] = rows["tf32"].astype(bool)
+    for c in ("sm_clock_mhz", "mem_clock_mhz", "power_limit_w"):
+        rows[c] = np.nan
+    return rows.reset_index(drop=True)
+
+
+def _targets(rows: pd.DataFrame, roof: np.ndarray) -> dict[str, np.ndarray]:
+    g = rows["gpu_time_s"].to_numpy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        eff = np.where((g > 0) & (roof > 0), roof / g, np.nan)
+        training = rows["mode"].to_numpy() == "training"
+        share = lambda a, b: np.where(training & (b > 0), a / b, np.nan)  # noqa: E731
+        return {
+            "efficiency": np.log(np.clip(eff, 1e-9, 1.0)),
+            "kernels": np.log1p(rows["n_kernels"].to_numpy()),
+            "host": np.log(rows["host_time_s"].to_numpy() / rows["host_probe_s"].to_numpy()),
+            "fwd_gpu": share(rows["forward_gpu_time_s"].to_numpy(), g),
+            "fwd_host": share(
+                rows["forward_host_time_s"].to_numpy(), rows["host_time_s"].to_numpy()
+            ),
+            "fwd_k": share(rows["forward_n_kernels"].to_numpy(), rows["n_kernels"].to_numpy()),
+        }
+
+
+def features(rows: pd.DataFrame, schema: FeatureSchema, roof: np.ndarray) -> np.ndarray:
+    """The family model's features: the pipeline's encoding (thesis section 4.2) and the
+    log of the roofline time."""
+    x = encode_features(rows, schema).to_numpy()
+    log_roof = np.log(np.clip(np.asarray(roof, dtype=float), 1e-12, None))[:, None]
+    return np.hstack([x, log_roof])
+
+
+def fit_family(rows: pd.DataFrame, roof: np.ndarray, make: Any) -> FamilyModel:
+    """One family's regressors (``make()`` gives a fresh unfitted regressor)."""
+    schema = build_schema(rows["op_type"])
+    xs = features(rows, schema, roof)
+    fits = {}
+    for target, y in _targets(rows, roof).items():
+        ok = np.isfinite(y)
+        if ok.sum() >= 2:
+            fits[target] = make().fit(xs[ok], y[ok])
+    return FamilyModel(schema, fits)
+
+
+def wait_power_w(rows: pd.DataFrame) -> float:
+    """``P_wait`` (module docstring)."""
+    p = rows[rows["power_w"].notna()] if "power_w" in rows else rows.iloc[:0]
+    if len(p):
+        share = p["gpu_time_s"] / p["power_time_s"]
+        low = p.loc[share < WAIT_SHARE, "power_w"]
+        if len(low):
+            return float(low.median())
+    return float(rows["idle_power_w"].median()) if "idle_power_w" in rows else math.nan
+
+
+def fit(
+    table: pd.DataFrame,
+    gpu: str,
+    make: Any,
+    *,
+    twin: pd.DataFrame | None = None,
+) -> OpModel:
+    """The op models of one GPU configuration from its op-space table (the chunks
+    concatenated), families it lacks from ``twin``'s table (module docstring)."""
+    rows = training_rows(table)
+    if twin is not None:
+        lacking = training_rows(twin)
+        lacking = lacking[~lacking["family"].isin(set(rows["family"]))]
+        rows = pd.concat([rows, lacking.assign(tf32=rows["tf32"].iloc[0])], ignore_index=True)
+    peaks = rl.Peaks(
+        float(table["peak_matmul_flops_per_s"].median()),
+        float(table["peak_memory_bytes_per_s"].median()),
+    )
+    ceil = ceilings(rows, peaks)
+    roof = rl.roofline_times_s(list(rows["spec"]), list(rows["mode"]), ceil)
+    families = {}
+    for name, part in rows.groupby("family"):
+        families[str(name)] = fit_family(part, roof[part.index.to_numpy()], make)
+    p_wait = wait_power_w(rows)
+    model = OpModel(
+        gpu=gpu,
+        peaks=peaks,
+        ceilings=ceil,
+        host_probe_s=float(rows["host_probe_s"].median()),
+        wait_power_w=p_wait,
+        families=families,
+        power_families=tuple(sorted(families)),
+        meta={
+            "dtype": str(rows["dtype"].iloc[0]),
+            "tf32": bool(table["tf32"].iloc[0]),
+            "gpu_name": str(table["gpu_name"].iloc[0]),
+            "driver_version": str(table["driver_version"].iloc[0]),
+            "torch_version": str(table["torch_version"].iloc[0]),
+            "host_cpu": str(table["host_cpu"].iloc[0]),
+            "samples": int(len(rows)),
+        },
+    )
+    model.power_fit = _fit_power(model, rows, make)
+    return model
+
+
+def _fit_power(model: OpModel, rows: pd.DataFrame, make: Any) -> Any:
+    p = rows[rows["power_w"].notna() & rows["gpu_time_s"].gt(0)] if "power_w" in rows else None
+    if p is None or len(p) < 5:
+        return None
+    t, g = p["power_time_s"], p["gpu_time_s"].clip(upper=p["power_time_s"])
+    busy = (p["power_w"] * t - model.wait_power_w * (t - g)) / g
+    pred = model.predict(p[["spec", "mode", "op_type"]])
+    x = _power_x(p["family"], p["mode"], _intensity(p), pred["efficiency"])
+    x = x.reindex(columns=_power_columns(model.power_families), fill_value=0.0)
+    return make().fit(x.to_numpy(), busy.to_numpy())

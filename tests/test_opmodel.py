@@ -1,0 +1,116 @@
+"""Tests for opcost.model.opmodel against the committed op-space measurements
+(data/op-space, H100 and H200, 2026-11-24): the efficiency stays in (0, 1], GPU time is
+the roofline time over it, the ceilings bound every sample, views cost no GPU time, and
+a TF32-off configuration borrows only the families it lacks from its twin."""
+
+from __future__ import annotations
+
+import glob
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from opcost.model import opmodel
+from opcost.model import roofline as rl
+from opcost.train import TrainConfig, make_regressor
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "op-space"
+
+
+def _load(gpu: str) -> pd.DataFrame:
+    files = sorted(glob.glob(str(DATA / gpu / "*.parquet")))
+    return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+
+
+def _make():
+    return make_regressor(TrainConfig(regressor="extra_trees", n_estimators=10), n_jobs=1)
+
+
+@pytest.fixture(scope="module")
+def h100() -> pd.DataFrame:
+    table = _load("h100")
+    # Every family, a share of each (the fit stays quick).
+    return table.groupby("family", group_keys=False).head(60).reset_index(drop=True)
+
+
+@pytest.fixture(scope="module")
+def model(h100: pd.DataFrame) -> opmodel.OpModel:
+    return opmodel.fit(h100, "h100", _make)
+
+
+def test_ceilings_bound_every_sample(h100: pd.DataFrame, model: opmodel.OpModel) -> None:
+    rows = opmodel.training_rows(h100)
+    rows = rows[(rows["gpu_time_s"] > 0) & rows["family"].ne("view")]
+    roof = rl.roofline_times_s(list(rows["spec"]), list(rows["mode"]), model.ceilings)
+    # No sample beats its roofline time against the ceilings: efficiency <= 1.
+    assert np.all(roof <= rows["gpu_time_s"].to_numpy() * (1 + 1e-9))
+    # The ceilings are the measured peaks, raised only where a sample went faster.
+    assert model.ceilings.matmul_flops_per_s >= model.peaks.matmul_flops_per_s
+    assert model.ceilings.memory_bytes_per_s >= model.peaks.memory_bytes_per_s
+    assert model.peaks.matmul_flops_per_s == pytest.approx(h100["peak_matmul_flops_per_s"].median())
+
+
+def test_prediction_is_roofline_over_efficiency(h100: pd.DataFrame, model) -> None:
+    ops = h100[["spec", "mode", "op_type"]].drop_duplicates()
+    p = model.predict(ops)
+    kernels = p["family"].ne("view") & (p["roofline_time_s"] > 0)
+    eff = p.loc[kernels, "efficiency"]
+    assert (eff > 0).all()
+    assert (eff <= 1).all()
+    np.testing.assert_allclose(
+        p.loc[kernels, "gpu_time_s"], p.loc[kernels, "roofline_time_s"] / eff, rtol=1e-12
+    )
+    # Views launch no kernels: no GPU time, and host time only.
+    views = p["family"].eq("view")
+    assert views.any()
+    assert (p.loc[views, "gpu_time_s"] == 0).all()
+    assert (p["host_time_s"] > 0).all()
+    # In training the forward pass is a part of the step, in inference all of it.
+    train = (ops["mode"] == "training").to_numpy()
+    assert (p.loc[train, "forward_gpu_time_s"] <= p.loc[train, "gpu_time_s"] + 1e-15).all()
+    assert (p.loc[~train, "forward_gpu_time_s"] == p.loc[~train, "gpu_time_s"]).all()
+
+
+def test_heavier_op_than_any_sample_scales_with_its_work(model: opmodel.OpModel) -> None:
+    # A Linear far beyond the sampled widths (8..8192): a forest of log time would predict
+    # the largest sample's time; through the roofline, time grows with the work.
+    def linear(fin: int, fout: int, batch: int) -> str:
+        return json.dumps(
+            {"args": [{"__tensor__": 0}], "attrs": {"bias": True, "in_features": fin,
+             "out_features": fout}, "inputs": [{"dtype": "float32", "param": False,
+             "shape": [batch, fin]}], "kind": "module", "kwargs": {},
+             "outputs": [{"dtype": "float32", "shape": [batch, fout]}],
+             "type": "torch.nn.modules.linear.Linear"}, sort_keys=True, separators=(",", ":"),
+        )  # fmt: skip
+
+    ops = pd.DataFrame(
+        {"spec": [linear(16384, 16384, 256), linear(16384, 16384, 1024)], "mode": "inference"}
+    )
+    p = model.predict(ops)
+    assert p["gpu_time_s"].iloc[1] > 2 * p["gpu_time_s"].iloc[0]
+
+
+def test_tf32_off_borrows_only_the_families_it_lacks() -> None:
+    own = _load("h100-notf32").groupby("family", group_keys=False).head(30)
+    twin = _load("h100").groupby("family", group_keys=False).head(30)
+    m = opmodel.fit(own, "h100-notf32", _make, twin=twin)
+    assert set(m.families) == set(own["family"]) | set(twin["family"])
+    # Its own rows set the peaks: TF32 off, the matmul peak is the FP32 one (~51 TFLOP/s).
+    assert (
+        m.peaks.matmul_flops_per_s < 0.2 * opmodel.fit(twin, "h100", _make).peaks.matmul_flops_per_s
+    )
+    assert m.meta["tf32"] is False
+
+
+def test_busy_power_from_the_power_windows(model: opmodel.OpModel, h100) -> None:
+    # P_wait: the median power of samples busy < 10 % of their window, else idle power.
+    p = h100[h100["power_w"].notna()]
+    low = p.loc[p["gpu_time_s"] / p["power_time_s"] < 0.1, "power_w"]
+    expected = low.median() if len(low) else h100["idle_power_w"].median()
+    assert model.wait_power_w == pytest.approx(expected)
+    busy = model.predict(h100[["spec", "mode", "op_type"]].head(40))["busy_power_w"]
+    # An H100 SXM draws between its idle power (~70 W) and its 700 W limit.
+    assert busy.between(60, 720).all()
