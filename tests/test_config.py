@@ -128,7 +128,7 @@ def test_misspelt_top_level_key_lists_the_allowed_keys():
     assert lines == [
         "invalid config:",
         "  modles: unknown key; allowed here: models, modes, gpus, include, extract, profile, "
-        "evaluate, train, sweep, figures",
+        "evaluate, train, sweep, op_space, figures",
     ]
 
 
