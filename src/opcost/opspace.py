@@ -165,7 +165,9 @@ def _matmul(u: Sequence[float]) -> dict[str, Any]:
 def _matmul_call(p: dict[str, Any]) -> Call:
     lead = (p["batch"], p["heads"]) if p["heads"] and p["type"] != "bmm" else (p["batch"],)
     a, b = _t(*lead, p["m"], p["k"]), _t(*lead, p["k"], p["n"])
-    fn = {"matmul": torch.matmul, "bmm": torch.bmm, "operator": torch.Tensor.__matmul__}
+    # ``a @ b`` in a network is recorded as the torch function it dispatches to,
+    # torch.Tensor.matmul (extraction never sees torch.Tensor.__matmul__).
+    fn = {"matmul": torch.matmul, "bmm": torch.bmm, "operator": torch.Tensor.matmul}
     return _f(fn[p["type"]], a, b)
 
 
@@ -432,13 +434,18 @@ def _size(spec: dict[str, Any]) -> tuple[float, int]:
 
 def build(family: str, params: dict[str, Any]) -> dict[str, Any]:
     """The spec of one configuration, shrunk to the size bounds (module docstring)."""
+    return fit(family, params)[1]
+
+
+def fit(family: str, params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The parameters of one configuration shrunk to the size bounds, and their spec."""
     fam = FAMILIES[family]
     p = dict(params)
     for _ in range(64):
         spec = record(fam.call(p))
         flops, largest = _size(spec)
         if flops <= MAX_FORWARD_FLOPS and largest <= MAX_TENSOR_BYTES:
-            return spec
+            return p, spec
         if p.get("batch", 1) > 1:
             p["batch"] = max(1, p["batch"] // 2)
         elif p.get("spatial", 1) > 7:
@@ -451,8 +458,8 @@ def build(family: str, params: dict[str, Any]) -> dict[str, Any]:
                     p[key] = p[key] // 2
                     break
             else:
-                return spec
-    return spec
+                return p, spec
+    return p, spec
 
 
 def points(family: str, n: int, *, seed: int, start: int = 0) -> np.ndarray:
@@ -487,10 +494,11 @@ def sample(
     unknown = sorted(set(counts) - set(FAMILIES))
     if unknown:
         raise OpSpaceError(f"unknown op families {unknown}; expected some of {sorted(FAMILIES)}")
+    for family, n in counts.items():
+        if not isinstance(n, int) or n < 0:
+            raise OpSpaceError(f"op family {family}: {n!r} samples asked, expected at least 0")
     rows = []
     for family, n in counts.items():
-        if n < 0:
-            raise OpSpaceError(f"op family {family}: {n} samples asked, expected at least 0")
         start = (starts or {}).get(family, 0)
         for i, u in enumerate(points(family, n, seed=seed, start=start)):
             spec = build(family, FAMILIES[family].params(u))
@@ -511,11 +519,27 @@ def sample(
 
 def allocate(errors: dict[str, float], total: int, *, floor: int = 0) -> dict[str, int]:
     """Samples of an adaptive round per family: ``floor`` each, the rest in proportion to
-    the family's error in the round before (e.g. its cross-validated MAPE)."""
-    if total < floor * len(errors):
+    the family's error in the round before (e.g. its cross-validated MAPE), rounded so
+    that they sum to ``total`` (largest remainders first; equal shares if every error
+    is 0). Raises :class:`OpSpaceError` naming an unknown family or a family whose error
+    is negative or not a number."""
+    unknown = sorted(set(errors) - set(FAMILIES))
+    if unknown:
+        raise OpSpaceError(f"unknown op families {unknown}; expected some of {sorted(FAMILIES)}")
+    for family, error in errors.items():
+        if not (isinstance(error, int | float) and math.isfinite(error) and error >= 0):
+            raise OpSpaceError(f"op family {family}: error {error!r}, expected a number >= 0")
+    if floor < 0 or total < floor * len(errors):
         raise OpSpaceError(f"{total} samples cannot give {floor} to each of {len(errors)}")
-    weights = {f: max(float(e), 0.0) for f, e in errors.items()}
+    if not errors:
+        return {}
     spare = total - floor * len(errors)
-    mass = sum(weights.values()) or 1.0
-    out = {f: floor + int(spare * w / mass) for f, w in weights.items()}
+    mass = sum(errors.values())
+    weights = {f: (e / mass if mass else 1 / len(errors)) for f, e in errors.items()}
+    shares = {f: spare * w for f, w in weights.items()}
+    out = {f: floor + math.floor(x) for f, x in shares.items()}
+    left = total - sum(out.values())
+    by_remainder = sorted(shares, key=lambda f: (-(shares[f] - math.floor(shares[f])), f))
+    for f in by_remainder[:left]:
+        out[f] += 1
     return out

@@ -43,6 +43,18 @@ HOST_REPEATS = 5
 POWER_WINDOW_S = 1.0
 IDLE_WINDOW_S = 1.0
 MODES = ("inference", "training")
+#: Columns of a chunk's table, in order: every chunk has all of them (a configuration
+#: without a power window, or a failed one, has nulls there), an empty chunk too.
+COLUMNS = (
+    *("op_id", "family", "op_type", "spec", "mode", "status", "failure_reason"),
+    *("calls_per_step", "gpu_time_s", "sigma_gpu_time_s", "forward_gpu_time_s"),
+    *("n_kernels", "forward_n_kernels", "host_time_s", "sigma_host_time_s"),
+    *("forward_host_time_s", "block_size", "inplace_substituted"),
+    *("power_w", "power_window_s", "power_time_s", "measure_s", "finished_unix_s"),
+    *("gpu", "device", "dtype", "tf32", "gpu_name", "gpu_uuid", "torch_version"),
+    *("cuda_version", "host", "started_unix_s", "driver_version", "host_cpu", "sync_s"),
+    *("host_probe_s", "idle_power_w", "peak_matmul_flops_per_s", "peak_memory_bytes_per_s"),
+)
 
 
 def _sync(device: torch.device) -> None:
@@ -90,8 +102,24 @@ def measure_one(
     ``counter``); per call, as the module docstring says."""
     device = torch.device(opts.device)
     t0 = time.perf_counter()
+    row: dict[str, Any] = {}
     try:
-        workload = harness.prepare_op(spec, opts)
+        # An op that cannot run here (its type does not import, its inputs do not fit it,
+        # out of memory) is a failed row, as in a profiling job; the chunk goes on.
+        with profile.failure_recorded(row):
+            row.update(_measure(spec, opts, device, counter))
+    finally:
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    row["measure_s"] = time.perf_counter() - t0
+    return row
+
+
+def _measure(
+    spec: dict[str, Any], opts: harness.HarnessOptions, device: torch.device, counter: Any
+) -> dict[str, Any]:
+    workload = harness.prepare_op(spec, opts)
+    try:
         calls = workload.calls_per_step
         with workload.context(), harness._no_cyclic_gc():
             for _ in range(WARMUP_STEPS):
@@ -127,15 +155,8 @@ def measure_one(
         }
         if counter is not None:
             row.update(_power_window(workload, device, counter))
-        del workload
-    except Exception as e:  # noqa: BLE001 - an op that cannot run is a failed row
-        if not (isinstance(e, harness.OpCannotRun) or harness.is_out_of_memory(e)):
-            raise
-        row = {"status": "failed", "failure_reason": f"{type(e).__name__}: {e}"[:500]}
     finally:
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-    row["measure_s"] = time.perf_counter() - t0
+        del workload
     return row
 
 
@@ -151,6 +172,10 @@ def measure_chunk(
     configuration ``gpu`` in ``modes``; write the table to ``out_path`` and return it."""
     from opcost import nvml
 
+    if samples.empty:  # nothing of this chunk to measure here: no device work
+        table = pd.DataFrame(columns=list(COLUMNS))
+        write_parquet_atomic(table, out_path)
+        return table
     opts0 = profile.options_for(gpu, modes[0], profile_config)
     device = torch.device(opts0.device)
     rows = []
@@ -199,6 +224,7 @@ def measure_chunk(
     table["idle_power_w"] = idle_w
     table["peak_matmul_flops_per_s"] = peak["matmul_flops_per_s"]
     table["peak_memory_bytes_per_s"] = peak["memory_bytes_per_s"]
+    table = table.reindex(columns=list(COLUMNS))
     write_parquet_atomic(table, out_path)
     return table
 

@@ -1,0 +1,526 @@
+"""The op-space study (issue #23): the generator (opcost.opspace), its measurement
+(opcost.opspace_measure) on the CPU, the workflow's helpers and rules, and the committed
+real measurements under data/op-space."""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import as_ordinary_user
+
+from opcost import opspace
+from opcost import opspace_measure as om
+from opcost import spec as specs
+from opcost import workflow as wf
+from opcost.config import ConfigError, GpuConfig, load_schema, load_study_file, validate_config
+from opcost.extract import extract_ops
+from opcost.model.features import op_counts
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO / "data/op-space"
+CPU = GpuConfig("cpu", "cpu", True, "float32", (), None, None)
+
+
+def _numel(spec):
+    return sum(math.prod(t["shape"]) for t in [*spec["inputs"], *spec["outputs"]])
+
+
+@pytest.fixture(scope="module")
+def sampled():
+    """32 configurations of every family (seed 3), with their parameters after fitting."""
+    rows = []
+    for name, family in opspace.FAMILIES.items():
+        for i, u in enumerate(opspace.points(name, 32, seed=3)):
+            params, spec = opspace.fit(name, family.params(u))
+            rows.append({"family": name, "sample": i, "params": params, "spec": spec})
+    return rows
+
+
+def _smallest(sampled, per_family):
+    out = []
+    for name in opspace.FAMILIES:
+        rows = sorted((r for r in sampled if r["family"] == name), key=lambda r: _numel(r["spec"]))
+        out += rows[:per_family]
+    return out
+
+
+# -- the generator ---------------------------------------------------------------------------
+
+
+class _InANetwork(torch.nn.Module):
+    """A network whose forward makes one configuration's call, as a layer of a network: a
+    module as its child; a function called in its own forward, beside a child module (the
+    recorder keeps the functional calls of a module that calls a child)."""
+
+    def __init__(self, call):
+        super().__init__()
+        self.call = call
+        self.layer = call.module if call.module is not None else torch.nn.Identity()
+
+    def forward(self, x):
+        if self.call.module is not None:
+            return self.layer(*self.call.args, **self.call.kwargs)
+        self.layer(x)
+        return self.call.fn(*self.call.args, **self.call.kwargs)
+
+
+def test_every_family_is_sampled_with_the_spec_extraction_records_in_a_network(sampled):
+    checked = set()
+    for row in (r for r in sampled if r["sample"] < 8):
+        call = opspace.FAMILIES[row["family"]].call(row["params"])
+        found = extract_ops(_InANetwork(call), (1,))
+        ours = [s for s in found if s["type"] == row["spec"]["type"]]
+        assert len(ours) == 1, (row["family"], row["spec"]["type"], [s["type"] for s in found])
+        assert specs.canonical_json(ours[0]) == specs.canonical_json(row["spec"])
+        assert specs.op_id(ours[0]) == specs.op_id(row["spec"])
+        checked.add(row["family"])
+    assert checked == set(opspace.FAMILIES)
+
+
+def test_the_matrix_operator_is_sampled_as_a_network_records_a_at_b():
+    class AtB(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Identity()
+
+        def forward(self, x):
+            a = self.layer(x)
+            return a @ torch.empty(3, 5, 7, device=a.device)
+
+    (recorded,) = [s for s in extract_ops(AtB(), (3, 4, 5)) if "matmul" in s["type"]]
+    params = {"type": "operator", "batch": 3, "heads": 0, "m": 4, "k": 5, "n": 7}
+    assert opspace.build("matmul", params) == recorded
+
+
+def test_small_sampled_configurations_rebuild_and_run_on_the_cpu(sampled):
+    small = _smallest(sampled, 2)
+    assert {r["family"] for r in small} == set(opspace.FAMILIES)
+    for row in small:
+        spec = row["spec"]
+        for training in (False, True):
+            op = specs.rebuild(spec, inplace_ok=not training)
+            if op.module is not None:
+                op.module.train(training)
+            inputs = specs.random_inputs(spec, requires_grad=training)
+            with torch.set_grad_enabled(training):
+                out = op(inputs)
+            outs = [out] if isinstance(out, torch.Tensor) else [o for o in out if o is not None]
+            shapes = [list(o.shape) for o in outs]
+            assert shapes == [o["shape"] for o in spec["outputs"]], row["family"]
+            if training and outs[0].requires_grad:
+                outs[0].sum().backward()
+
+
+def test_the_same_seed_gives_the_same_configurations_and_starts_continue_the_sequence():
+    counts = {"conv": 6, "view": 5}
+    first = opspace.sample(counts, seed=7)
+    assert first["op_id"].tolist() == opspace.sample(counts, seed=7)["op_id"].tolist()
+    assert first["op_id"].tolist() != opspace.sample(counts, seed=8)["op_id"].tolist()
+    for family in ("conv", "view"):
+        whole = opspace.points(family, 8, seed=0)
+        for cut in (4, 3):
+            head = opspace.points(family, cut, seed=0)
+            tail = opspace.points(family, 8 - cut, seed=0, start=cut)
+            assert np.array_equal(whole, np.vstack([head, tail]))
+    eight = opspace.sample({"conv": 8}, seed=0)
+    halves = pd.concat(
+        [
+            opspace.sample({"conv": 4}, seed=0),
+            opspace.sample({"conv": 4}, seed=0, starts={"conv": 4}, round_=2),
+        ],
+        ignore_index=True,
+    )
+    assert halves["op_id"].tolist() == eight["op_id"].tolist()
+    assert halves["sample"].tolist() == list(range(8))
+    assert halves["round"].tolist() == [1] * 4 + [2] * 4
+
+
+def _within_bounds(spec):
+    flops = op_counts(specs.canonical_json(spec))["flops"]
+    largest = max(math.prod(t["shape"]) for t in [*spec["inputs"], *spec["outputs"]])
+    return flops <= opspace.MAX_FORWARD_FLOPS and 4 * largest <= opspace.MAX_TENSOR_BYTES
+
+
+def test_every_sampled_configuration_is_within_the_size_bounds(sampled):
+    assert all(_within_bounds(r["spec"]) for r in sampled)
+    committed = pd.read_parquet(DATA / "samples.parquet")
+    assert all(_within_bounds(json.loads(s)) for s in committed["spec"])
+
+
+def test_an_oversized_configuration_is_shrunk_batch_first():
+    params = {
+        "batch": 256, "cin": 2048, "cout": 2048, "kernel": 7, "stride": 1, "dilation": 1,
+        "groups": 1, "spatial": 224, "bias": False, "channels_last": False,
+    }  # fmt: skip
+    fitted, spec = opspace.fit("conv", params)
+    assert _within_bounds(spec)
+    assert fitted["batch"] == 1  # 2 * 49 * 2048^2 * 224^2 FLOPs per image: 2e13 > 2e11
+    assert fitted["spatial"] < 224
+    assert spec["inputs"][0]["shape"] == [1, 2048, fitted["spatial"], fitted["spatial"]]
+
+
+def _committed_specs(family):
+    committed = pd.read_parquet(DATA / "samples.parquet")
+    return [json.loads(s) for s in committed.loc[committed["family"] == family, "spec"]]
+
+
+def test_the_committed_samples_cover_the_ranges_the_study_asks_for():
+    committed = pd.read_parquet(DATA / "samples.parquet")
+    assert set(committed["family"]) == set(opspace.FAMILIES)
+    assert committed["op_id"].is_unique
+    convs = _committed_specs("conv")
+    attrs = [c["attrs"] for c in convs]
+    assert {a["kernel_size"][0] for a in attrs} == {1, 3, 5, 7}
+    assert {a["stride"][0] for a in attrs} == {1, 2}
+    assert {a["dilation"][0] for a in attrs} == {1, 2}
+    assert any(a["groups"] == a["in_channels"] > 1 for a in attrs)  # depthwise
+    assert any(1 < a["groups"] < a["in_channels"] for a in attrs)  # grouped
+    assert any("stride" in c["inputs"][0] for c in convs)  # channels-last inputs
+    batches = [c["inputs"][0]["shape"][0] for c in convs]
+    assert min(batches) == 1
+    assert max(batches) >= 128
+    channels = [a["in_channels"] for a in attrs]
+    assert min(channels) <= 4
+    assert max(channels) >= 1024
+    spatial = [c["inputs"][0]["shape"][2] for c in convs]
+    assert min(spatial) <= 8
+    assert max(spatial) >= 112
+    linear = [c["inputs"][0]["shape"] for c in _committed_specs("linear")]
+    assert {len(s) for s in linear} == {2, 3}  # (N, C) and tokens (N, L, C)
+    assert min(s[-1] for s in linear) <= 16
+    assert max(s[-1] for s in linear) >= 4096
+    assert {c["type"] for c in _committed_specs("matmul")} >= {"torch.matmul", "torch.bmm"}
+    attention = _committed_specs("attention")
+    assert {c["type"].rsplit(".", 1)[-1] for c in attention} == {
+        "MultiheadAttention",
+        "scaled_dot_product_attention",
+    }
+    for family, names in {
+        "norm": {"BatchNorm2d", "LayerNorm", "LayerNorm2d", "GroupNorm"},
+        "activation": {"ReLU", "ReLU6", "GELU", "SiLU", "Hardswish", "Hardsigmoid", "Sigmoid",
+                       "Tanh"},
+        "pool": {"MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d"},
+    }.items():  # fmt: skip
+        assert {c["type"].rsplit(".", 1)[-1] for c in _committed_specs(family)} == names
+    for family in opspace.FAMILIES:
+        first = [c["inputs"][0]["shape"][0] for c in _committed_specs(family)]
+        assert min(first) == 1, family
+        assert max(first) >= 64, family
+
+
+def test_allocate_gives_the_floor_and_the_rest_in_proportion_to_the_error():
+    rng = np.random.default_rng(0)
+    names = sorted(opspace.FAMILIES)
+    for _ in range(200):
+        errors = {f: float(e) for f, e in zip(names, rng.uniform(0, 1, len(names)), strict=True)}
+        floor = int(rng.integers(0, 5))
+        total = floor * len(names) + int(rng.integers(0, 500))
+        out = opspace.allocate(errors, total, floor=floor)
+        assert sum(out.values()) == total
+        assert min(out.values()) >= floor
+        ranked = sorted(names, key=errors.get)
+        assert all(out[a] <= out[b] + 1 for a, b in zip(ranked, ranked[1:], strict=False))
+    assert opspace.allocate({"conv": 3.0, "view": 1.0}, 10, floor=1) == {"conv": 7, "view": 3}
+    assert opspace.allocate({"conv": 0.0, "view": 0.0}, 5) == {"conv": 3, "view": 2}
+
+
+@pytest.mark.parametrize(
+    ("errors", "words"),
+    [
+        ({"convolution": 0.1}, "convolution"),
+        ({"conv": -0.1}, "op family conv: error -0.1"),
+        ({"conv": float("nan")}, "op family conv: error nan"),
+    ],
+)
+def test_allocate_refuses_unknown_families_and_bad_errors(errors, words):
+    with pytest.raises(opspace.OpSpaceError, match=words):
+        opspace.allocate(errors, 10)
+
+
+def test_sample_refuses_unknown_families_and_negative_counts_before_sampling(monkeypatch):
+    def no_sampling(*args, **kwargs):
+        raise AssertionError("sampled before checking the counts")
+
+    monkeypatch.setattr(opspace, "build", no_sampling)
+    with pytest.raises(opspace.OpSpaceError, match=r"unknown op families \['convolution'\]"):
+        opspace.sample({"conv": 1, "convolution": 1})
+    with pytest.raises(opspace.OpSpaceError, match="op family view: -1 samples"):
+        opspace.sample({"conv": 2, "view": -1})
+
+
+def test_the_schema_names_exactly_the_generators_families():
+    schema = load_schema()["properties"]["op_space"]["properties"]["samples"]
+    assert schema["propertyNames"]["enum"] == list(opspace.FAMILIES)
+
+
+def test_a_misspelt_family_in_the_config_fails_naming_the_field():
+    with pytest.raises(ConfigError) as info:
+        validate_config({"op_space": {"samples": {"convolution": 3}}})
+    lines = str(info.value).splitlines()
+    assert lines[0] == "invalid config:"
+    assert len(lines) == 2
+    assert lines[1].startswith("  op_space.samples: 'convolution' is not allowed; allowed: conv,")
+
+
+# -- measuring on the CPU --------------------------------------------------------------------
+
+
+def _table(rows, power=False):
+    return pd.DataFrame(
+        [
+            {
+                "op_id": specs.op_id(r["spec"]),
+                "family": r["family"],
+                "type": r["spec"]["type"],
+                "kind": r["spec"]["kind"],
+                "spec": specs.canonical_json(r["spec"]),
+                "sample": r["sample"],
+                "round": 1,
+                "power": power,
+            }
+            for r in rows
+        ]
+    )
+
+
+@pytest.fixture(scope="module")
+def tiny(sampled):
+    """The smallest configuration of the activation, linear and conv families."""
+    small = {r["family"]: r for r in _smallest(sampled, 1)}
+    return [small["activation"], small["linear"], small["conv"]]
+
+
+def test_measure_chunk_measures_tiny_configurations_in_both_modes(tiny, tmp_path):
+    out = tmp_path / "0.parquet"
+    table = om.measure_chunk(
+        gpu=CPU, profile_config={}, samples=_table(tiny, power=True), out_path=out
+    )
+    written = pd.read_parquet(out)
+    assert list(written.columns) == list(om.COLUMNS)
+    assert len(written) == 6
+    assert sorted(written["mode"]) == ["inference"] * 3 + ["training"] * 3
+    assert (written["status"] == "ok").all()
+    assert (written["host_time_s"] > 0).all()
+    assert (written["forward_host_time_s"] > 0).all()
+    assert written["power_w"].isna().all()  # the CPU has no energy counter
+    assert (written["gpu"] == "cpu").all()
+    assert (written["device"] == "cpu").all()
+    assert (written["torch_version"] == torch.__version__).all()
+    assert written["host_cpu"].notna().all()
+    assert written["host"].notna().all()
+    assert (written["peak_matmul_flops_per_s"] > 0).all()
+    assert (written["peak_memory_bytes_per_s"] > 0).all()
+    assert written["op_id"].tolist() == [specs.op_id(r["spec"]) for r in tiny] * 2
+    assert len(table) == len(written)
+
+
+def test_a_configuration_that_cannot_run_is_a_failed_row_and_the_chunk_goes_on(tiny, tmp_path):
+    unknown = json.loads(json.dumps(tiny[0]["spec"]))
+    unknown["type"] = "torch.nn.modules.nowhere.Nothing"
+    misfit = json.loads(json.dumps(tiny[2]["spec"]))  # a conv given one channel too many
+    misfit["inputs"][0]["shape"][1] += 1
+    rows = [
+        {**tiny[0], "spec": unknown},
+        {**tiny[2], "spec": misfit},
+        tiny[1],
+    ]
+    out = tmp_path / "0.parquet"
+    om.measure_chunk(gpu=CPU, profile_config={}, samples=_table(rows), out_path=out)
+    written = pd.read_parquet(out)
+    assert written["status"].tolist() == ["failed", "failed", "ok"] * 2
+    reasons = written["failure_reason"].tolist()
+    assert "cannot import 'torch.nn.modules.nowhere.Nothing'" in reasons[0]
+    assert reasons[1].startswith("RuntimeError: ")
+    assert "channels" in reasons[1]
+    assert written.loc[written["status"] == "failed", "gpu_time_s"].isna().all()
+
+
+def test_chunk_of_slices_the_samples_and_is_empty_past_the_end():
+    samples = pd.DataFrame({"op_id": [f"{i:016x}" for i in range(7)]})
+    chunks = [om.chunk_of(samples, c, 3)["op_id"].tolist() for c in range(4)]
+    assert chunks == [
+        samples["op_id"][0:3].tolist(),
+        samples["op_id"][3:6].tolist(),
+        samples["op_id"][6:7].tolist(),
+        [],
+    ]
+
+
+def test_measure_chunk_file_measures_only_the_families_asked(tiny, tmp_path):
+    path = tmp_path / "samples.parquet"
+    _table(tiny).to_parquet(path)
+    out = tmp_path / "0.parquet"
+    summary = om.measure_chunk_file(
+        gpu=CPU, profile_config={}, samples_path=path, chunk=0, chunk_size=2,
+        out_path=out, families=["linear", "conv"],
+    )  # fmt: skip
+    written = pd.read_parquet(out)
+    assert set(written["family"]) == {"linear"}  # chunk 0 is activation and linear
+    assert summary == {
+        "status": "ok", "configurations": 1, "measured": 2, "failed": 0, "device": "cpu",
+    }  # fmt: skip
+
+
+def test_an_empty_chunk_writes_the_same_columns_without_measuring(tiny, tmp_path, monkeypatch):
+    def no_device_work(*args, **kwargs):
+        raise AssertionError("an empty chunk measured the device")
+
+    monkeypatch.setattr(om, "measure_peaks", no_device_work)
+    path = tmp_path / "samples.parquet"
+    _table(tiny).to_parquet(path)
+    out = tmp_path / "1.parquet"
+    summary = om.measure_chunk_file(
+        gpu=CPU, profile_config={}, samples_path=path, chunk=0, chunk_size=3,
+        out_path=out, families=["attention"],
+    )  # fmt: skip
+    written = pd.read_parquet(out)
+    assert written.empty
+    assert list(written.columns) == list(om.COLUMNS)
+    assert summary["configurations"] == 0
+
+
+# -- the workflow's helpers ------------------------------------------------------------------
+
+
+def test_the_op_space_config_twins_and_families(repo):
+    study = load_study_file(repo / "config/op-space.yaml")
+    assert wf.tf32_twin(study, "h100") is None
+    assert wf.tf32_twin(study, "h100-notf32") == "h100"
+    assert wf.tf32_twin(study, "h200-notf32") == "h200"
+    assert wf.op_space_families(study, "h200") is None
+    assert wf.op_space_families(study, "h100-notf32") == ["conv", "linear", "matmul", "attention"]
+    total = sum(study.config["op_space"]["samples"].values())
+    assert total == 2272
+    assert wf.op_space_chunks(study) == list(range(10))  # ceil(2272 / 250)
+    assert wf.op_space_sampling_params(study)["seed"] == 0
+
+
+def test_without_a_tf32_twin_a_tf32_off_configuration_measures_every_family(repo):
+    config = {
+        "gpus": {"off": {"device": "cuda", "tf32": False, "slurm_gpu_model": "h100"},
+                 "on": {"device": "cuda", "tf32": True, "slurm_gpu_model": "h200"}},
+        "op_space": {"samples": {"conv": 1}},
+    }  # fmt: skip
+    from opcost.config import load_study
+
+    study = load_study(config)
+    assert wf.tf32_twin(study, "off") is None  # another GPU model is no twin
+    assert wf.op_space_families(study, "off") is None
+
+
+# -- the committed measurements (data/op-space) ---------------------------------------------
+
+
+def _measured(gpu):
+    tables = [pd.read_parquet(p) for p in sorted((DATA / gpu).glob("*.parquet"))]
+    return pd.concat([t for t in tables if len(t)], ignore_index=True)
+
+
+#: Ops that launch no kernel in inference (eval): identities there, and ``contiguous`` of
+#: an input that is already contiguous (its spec has no strides).
+def _no_kernel_in_inference(row):
+    if row.op_type in (
+        "torch.nn.modules.dropout.Dropout",
+        "torchvision.ops.stochastic_depth.StochasticDepth",
+    ):
+        return True
+    spec = json.loads(row.spec)
+    return row.op_type == "torch.Tensor.contiguous" and "stride" not in spec["inputs"][0]
+
+
+@pytest.mark.parametrize("gpu", ["h100", "h200"])
+def test_the_committed_measurements_are_sane(gpu):
+    samples = pd.read_parquet(DATA / "samples.parquet")
+    table = _measured(gpu)
+    assert (table["status"] == "ok").all()
+    assert len(table) == 2 * len(samples)
+    assert set(table["op_id"]) == set(samples["op_id"])
+    views = table["family"] == "view"
+    assert (table.loc[views, "n_kernels"] == 0).all()
+    others = table[~views]
+    idle = [r.mode == "inference" and _no_kernel_in_inference(r) for r in others.itertuples()]
+    assert (others.loc[idle, "gpu_time_s"] == 0).all()
+    assert (others.loc[[not i for i in idle], "gpu_time_s"] > 0).all()
+    wide = table.pivot_table(index="op_id", columns="mode", values="gpu_time_s")
+    assert (wide["training"] >= wide["inference"]).mean() >= 0.95
+    assert (table["peak_matmul_flops_per_s"] > 0).all()
+    assert (table["peak_memory_bytes_per_s"] > 0).all()
+    power = table[table["power_w"].notna()]
+    assert len(power) == 2 * samples["power"].sum()
+    # Where kernels keep the GPU busy over half the window, it draws well above idle.
+    busy = power[power["gpu_time_s"] > 0.5 * power["power_time_s"]]
+    assert len(busy) >= 20
+    assert (busy["power_w"] > 1.1 * busy["idle_power_w"]).all()
+    for key, value in {
+        "driver_version": "580.159.04",
+        "host_cpu": "Intel(R) Xeon(R) Processor",
+        "tf32": True,
+    }.items():
+        assert (table[key] == value).all(), key
+
+
+def test_the_h200_moves_memory_faster_than_the_h100():
+    h100, h200 = _measured("h100"), _measured("h200")
+    assert h200["peak_memory_bytes_per_s"].min() > 1.2 * h100["peak_memory_bytes_per_s"].max()
+    assert set(h100["gpu_name"]) == {"NVIDIA H100 80GB HBM3"}
+    assert set(h200["gpu_name"]) == {"NVIDIA H200"}
+
+
+@pytest.mark.parametrize("gpu", ["h100-notf32", "h200-notf32"])
+def test_the_committed_tf32_off_measurements_are_of_the_tf32_families_only(gpu):
+    table = _measured(gpu)
+    assert (table["status"] == "ok").all()
+    assert not table["tf32"].any()
+    assert set(table["family"]) <= set(wf.TF32_FAMILIES)
+    assert (table["gpu_time_s"] > 0).all()
+    # FP32 without TF32: a few times below the TF32 peak (H100 SXM: 67 vs 495 TFLOP/s).
+    twin = _measured(gpu.removesuffix("-notf32"))
+    assert table["peak_matmul_flops_per_s"].max() < 0.25 * twin["peak_matmul_flops_per_s"].min()
+
+
+# -- the pipeline ----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_op_space_raw_measures_every_chunk_once_and_protects_it(repo, tmp_path):
+    from test_workflow import snakemake
+
+    config = {
+        "models": [],
+        "modes": ["inference", "training"],
+        "gpus": {"cpu": {"device": "cpu", "tf32": True, "dtype": "float32"}},
+        "op_space": {
+            "samples": {"view": 2, "activation": 2},
+            "power_samples": 0,
+            "chunk_size": 2,
+            "seed": 2,  # small configurations: the CPU trains them in milliseconds
+        },
+    }
+    path = tmp_path / "config.yaml"
+    path.write_text(json.dumps(config))
+    args = ("op_space_raw", "--configfile", str(path), "--cores", "2")
+    run = snakemake(repo, tmp_path, *args)
+    assert run.returncode == 0, run.stderr[-4000:]
+    samples = pd.read_parquet(tmp_path / "results/op-space/samples.parquet")
+    assert sorted(samples["family"]) == ["activation", "activation", "view", "view"]
+    raw = sorted((tmp_path / "results/op-space/raw/cpu").glob("*.parquet"))
+    assert [p.name for p in raw] == ["0.parquet", "1.parquet"]
+    tables = pd.concat([pd.read_parquet(p) for p in raw], ignore_index=True)
+    assert sorted(tables["op_id"]) == sorted(samples["op_id"].tolist() * 2)
+    assert (tables["status"] == "ok").all()
+    probe = "import os, sys; print(os.access(sys.argv[1], os.W_OK))"
+    for p in raw:
+        assert not p.stat().st_mode & 0o222
+        access = subprocess.run(
+            as_ordinary_user([sys.executable, "-c", probe, str(p)]), capture_output=True, text=True
+        )
+        assert access.stdout == "False\n", access.stderr
+    again = snakemake(repo, tmp_path, *args, "-n")
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert "Nothing to be done" in again.stdout + again.stderr
