@@ -524,3 +524,26 @@ def test_op_space_raw_measures_every_chunk_once_and_protects_it(repo, tmp_path):
     again = snakemake(repo, tmp_path, *args, "-n")
     assert again.returncode == 0, again.stderr[-4000:]
     assert "Nothing to be done" in again.stdout + again.stderr
+
+
+def test_sampled_widths_are_mostly_aligned_as_networks_use_them() -> None:
+    """Widths follow the grains networks use (multiples of 8-64), within their ranges."""
+    us = np.random.default_rng(1).random(4000)
+    widths = np.array([opspace.width(u, 8, 2048) for u in us])
+    assert widths.min() >= 8
+    assert widths.max() <= 2048
+    share8 = np.mean(widths % 8 == 0)
+    # Grain 1 (weight 0.15) leaves a width unaligned unless it falls on a multiple of 8.
+    assert 0.8 < share8 < 0.95
+    assert np.mean(widths % 32 == 0) > 0.4
+    # Log-uniform: about as many widths below 128 as above (the geometric middle).
+    assert 0.4 < np.mean(widths < 128) < 0.6
+    # Dense convolutions with both widths aligned to 16 (or RGB input): most of them.
+    table = opspace.sample({"conv": 200}, seed=0)
+    attrs = [json.loads(s)["attrs"] for s in table["spec"]]
+    dense = [a for a in attrs if a["groups"] == 1]
+    aligned = [
+        a for a in dense
+        if (a["in_channels"] % 16 == 0 or a["in_channels"] == 3) and a["out_channels"] % 16 == 0
+    ]  # fmt: skip
+    assert len(aligned) > 0.5 * len(dense)
