@@ -10,7 +10,8 @@ from its TF32-on twin):
    family and regressor, the median |error| and MAPE of GPU kernel time, and the
    thesis's baseline (the same regressor on the log of the GPU time, no roofline);
 2. **network ops**: the isolated, traced ops of data/hopper and data/hopper-large
-   (``gpu_time_s``), predicted by the model fitted on all samples;
+   (``gpu_time_s``), predicted by the model (the first of ``--regressors``) fitted on
+   all samples;
 3. **networks**: each network's step replayed (opcost.replay) from its ops' predicted
    host and GPU times, against its measured time per step (``time_s``), and its energy
    (busy power x GPU time + waiting power x the rest) against ``energy_j``; per mode
