@@ -523,7 +523,7 @@ def test_extract_refuses_a_standard_library_factory_in_one_line(capsys, model):
         pytest.param(
             "modles: []\n",
             "  modles: unknown key; allowed here: models, modes, gpus, include, extract, profile, "
-            "evaluate, train, sweep, figures\n",
+            "evaluate, train, sweep, op_space, figures\n",
             id="misspelt-top-level-key",
         ),
         pytest.param(
