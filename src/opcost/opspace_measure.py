@@ -57,18 +57,13 @@ COLUMNS = (
 )
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _power_window(
     workload: harness.Workload, device: torch.device, counter: Any
 ) -> dict[str, float]:
     """Mean power (W) and time per call (s) over a loop of at least ``POWER_WINDOW_S``."""
     calls = workload.calls_per_step
     with workload.context(), harness._no_cyclic_gc():
-        _sync(device)
+        harness._sync(device)
         t0 = time.perf_counter()
         e0 = counter.read_mj()
         steps = 0
@@ -76,7 +71,7 @@ def _power_window(
             for _ in range(8):
                 workload.step()
             steps += 8
-            _sync(device)
+            harness._sync(device)
         e1 = counter.read_mj()
         t1 = time.perf_counter()
     return {
@@ -88,7 +83,7 @@ def _power_window(
 
 def idle_power_w(device: torch.device, counter: Any) -> float:
     """The GPU's mean power while nothing runs on it, over ``IDLE_WINDOW_S``."""
-    _sync(device)
+    harness._sync(device)
     t0, e0 = time.perf_counter(), counter.read_mj()
     time.sleep(IDLE_WINDOW_S)
     e1, t1 = counter.read_mj(), time.perf_counter()
@@ -124,32 +119,18 @@ def _measure(
         with workload.context(), harness._no_cyclic_gc():
             for _ in range(WARMUP_STEPS):
                 workload.step()
-            _sync(device)
+            harness._sync(device)
         steps = kineto.steps(tracing._profile(workload, device, None))
-        kernels = statistics.median(s.n_kernels for s in steps)
-        burst = max(
-            1,
-            min(
-                tracing.HOST_BURST_STEPS,
-                int(tracing.HOST_BURST_LAUNCHES // max(kernels, 1)),
-            ),
-        )
-        gpu_step_s = statistics.median(s.gpu_s for s in steps)
-        if gpu_step_s > 2e-3:  # a long step: its host time is small beside it, keep it cheap
-            burst = 1
+        burst = tracing.host_burst_steps(statistics.median(s.n_kernels for s in steps))
+        if statistics.median(s.gpu_s for s in steps) > 2e-3:
+            burst = 1  # a long step: its host time is small beside it, keep it cheap
         host, host_fwd = tracing._host_times(workload, device, burst, HOST_REPEATS)
         row: dict[str, Any] = {
             "status": "ok",
             "failure_reason": None,
             "calls_per_step": calls,
-            "gpu_time_s": gpu_step_s / calls,
-            "sigma_gpu_time_s": tracing._spread([s.gpu_s for s in steps]) / calls,
-            "forward_gpu_time_s": statistics.median(s.forward_gpu_s for s in steps) / calls,
-            "n_kernels": kernels / calls,
-            "forward_n_kernels": statistics.median(s.forward_n_kernels for s in steps) / calls,
-            "host_time_s": statistics.median(host) / calls,
-            "sigma_host_time_s": tracing._spread(host) / calls,
-            "forward_host_time_s": statistics.median(host_fwd) / calls,
+            **tracing.kernel_figures(steps, calls),
+            **tracing.host_figures(host, host_fwd, calls),
             "block_size": workload.block_size,
             "inplace_substituted": workload.inplace_substituted,
         }
@@ -185,11 +166,10 @@ def measure_chunk(
         counter = None
         idle_w = math.nan
         if device.type == "cuda":
-            uuid = nvml.cuda_device_uuid(torch.cuda.current_device())
+            uuid, _, _ = profile.gpu_identity(header)  # UUID, name and driver
             counter = nvml.EnergyCounter(uuid)
             if not counter.available:
                 counter = None
-            header["gpu_uuid"] = uuid
         probe_start = tracing.host_probe_s(opts0.device)
         if counter is not None:
             idle_w = idle_power_w(device, counter)
@@ -215,9 +195,8 @@ def measure_chunk(
     table = pd.DataFrame(rows)
     for key in ("gpu", "device", "dtype", "tf32", "gpu_name", "gpu_uuid", "torch_version"):
         table[key] = header.get(key)
-    for key in ("cuda_version", "host", "started_unix_s"):
+    for key in ("cuda_version", "host", "started_unix_s", "driver_version"):
         table[key] = header.get(key)
-    table["driver_version"] = _driver_version() if device.type == "cuda" else None
     table["host_cpu"] = facts["host_cpu"]
     table["sync_s"] = facts["sync_s"]
     table["host_probe_s"] = statistics.median([probe_start, probe_end])
@@ -260,16 +239,3 @@ def measure_chunk_file(
         "failed": len(table) - len(ok),
         "device": table["device"].iloc[0] if len(table) else None,
     }
-
-
-def _driver_version() -> str | None:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            return str(pynvml.nvmlSystemGetDriverVersion())
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # noqa: BLE001 - provenance only
-        return None

@@ -273,24 +273,16 @@ def trace_workload(
     spans = steps if annotator is None else kineto.steps(annotated)
     if device.type == "cuda" and not any(s.n_kernels for s in steps):
         check_profiler_sees_kernels(opts.device)  # no kernels: a view, or a blind profiler
-    kernels = statistics.median(s.n_kernels for s in steps)
-    burst = max(1, min(HOST_BURST_STEPS, int(HOST_BURST_LAUNCHES // max(kernels, 1))))
+    burst = host_burst_steps(statistics.median(s.n_kernels for s in steps))
     t3 = time.perf_counter()
     host, host_fwd = _host_times(workload, device, burst)
     probe = host_probe_s(opts.device)
     t4 = time.perf_counter()
-    gpu = [s.gpu_s for s in steps]
     record: dict[str, Any] = {
         "trace_steps": len(steps),
         "calls_per_step": calls,
-        "host_time_s": statistics.median(host) / calls,
-        "sigma_host_time_s": _spread(host) / calls,
-        "forward_host_time_s": statistics.median(host_fwd) / calls,
-        "gpu_time_s": statistics.median(gpu) / calls,
-        "sigma_gpu_time_s": _spread(gpu) / calls,
-        "forward_gpu_time_s": statistics.median(s.forward_gpu_s for s in steps) / calls,
-        "n_kernels": statistics.median(s.n_kernels for s in steps) / calls,
-        "forward_n_kernels": statistics.median(s.forward_n_kernels for s in steps) / calls,
+        **host_figures(host, host_fwd, calls),
+        **kernel_figures(steps, calls),
         "traced_host_time_s": statistics.median(s.host_s for s in spans) / calls,
         "traced_forward_host_time_s": statistics.median(s.forward_host_s for s in spans) / calls,
         "wall_time_s": wall.total_time_s / wall.iterations,
@@ -312,6 +304,34 @@ def trace_workload(
     if annotator is not None:
         record["breakdown"] = _breakdown(annotated, annotator)
     return record
+
+
+def host_burst_steps(kernels_per_step: float) -> int:
+    """Steps per host-time burst: up to ``HOST_BURST_STEPS``, as many as keep the burst's
+    launches within ``HOST_BURST_LAUNCHES`` (at least 1)."""
+    return max(1, min(HOST_BURST_STEPS, int(HOST_BURST_LAUNCHES // max(kernels_per_step, 1))))
+
+
+def kernel_figures(steps: list[kineto.StepSummary], calls: int) -> dict[str, float]:
+    """Per call, from traced steps: GPU kernel time (median, spread, forward pass) and
+    kernels (median, forward pass)."""
+    gpu = [s.gpu_s for s in steps]
+    return {
+        "gpu_time_s": statistics.median(gpu) / calls,
+        "sigma_gpu_time_s": _spread(gpu) / calls,
+        "forward_gpu_time_s": statistics.median(s.forward_gpu_s for s in steps) / calls,
+        "n_kernels": statistics.median(s.n_kernels for s in steps) / calls,
+        "forward_n_kernels": statistics.median(s.forward_n_kernels for s in steps) / calls,
+    }
+
+
+def host_figures(host: list[float], host_fwd: list[float], calls: int) -> dict[str, float]:
+    """Per call, from :func:`_host_times`: host time (median, spread, forward pass)."""
+    return {
+        "host_time_s": statistics.median(host) / calls,
+        "sigma_host_time_s": _spread(host) / calls,
+        "forward_host_time_s": statistics.median(host_fwd) / calls,
+    }
 
 
 def _host_times(
