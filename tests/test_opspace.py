@@ -547,3 +547,45 @@ def test_sampled_widths_are_mostly_aligned_as_networks_use_them() -> None:
         if (a["in_channels"] % 16 == 0 or a["in_channels"] == 3) and a["out_channels"] % 16 == 0
     ]  # fmt: skip
     assert len(aligned) > 0.5 * len(dense)
+
+
+# -- where the power windows go ---------------------------------------------------------------
+
+
+def test_the_power_plan_prefers_gpu_bound_configurations_and_always_spends_its_quota():
+    samples = pd.DataFrame({"family": ["conv"] * 5 + ["view"] * 2, "power": [1, 1, 0, 0, 0, 0, 0]})
+    plan = om.PowerPlan(samples)
+    # conv: two windows among five; the second and fourth are GPU-bound, so they get them.
+    taken = [plan.take("conv", bound) for bound in (False, True, False, True, True)]
+    assert taken == [False, True, False, True, False]
+    # view has no quota: never a window, however busy.
+    assert [plan.take("view", True), plan.take("view", True)] == [False, False]
+    plan = om.PowerPlan(samples)
+    # No GPU-bound conv at all: the windows go to the last two, so the quota is spent.
+    assert [plan.take("conv", False) for _ in range(5)] == [False, False, False, True, True]
+
+
+@pytest.mark.parametrize(
+    ("row", "bound"),
+    [
+        ({"status": "ok", "gpu_time_s": 2e-3, "host_time_s": 1e-3}, True),
+        ({"status": "ok", "gpu_time_s": 1e-5, "host_time_s": 1e-3}, False),
+        ({"status": "failed", "gpu_time_s": None, "host_time_s": None}, False),
+    ],
+)
+def test_a_configuration_is_gpu_bound_when_its_kernels_outlast_its_host_time(row, bound):
+    assert om.gpu_bound(row) is bound
+
+
+@pytest.mark.parametrize(("n", "k"), [(640, 6), (64, 6), (5, 6), (7, 0)])
+def test_the_power_samples_are_spread_evenly_over_each_family(tmp_path, n, k):
+    from opcost.workflow import run_op_space_samples
+
+    out = tmp_path / "samples.parquet"
+    run_op_space_samples({"samples": {"softmax": n}, "power_samples": k, "seed": 0}, str(out))
+    marked = pd.read_parquet(out)["power"].to_numpy().nonzero()[0]
+    assert len(marked) == min(n, k)
+    if len(marked) > 1:  # evenly: the gaps between marks differ by one at most
+        gaps = np.diff(marked)
+        assert gaps.max() - gaps.min() <= 1
+        assert marked[-1] == n - 1

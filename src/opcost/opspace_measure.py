@@ -8,10 +8,14 @@ An op-space job (:func:`measure_chunk`) measures one chunk of the sampled config
   sum of a step's kernel durations on the device, which needs no 1-s window;
 * **host time**: the untraced time to issue one step (:func:`opcost.tracing._host_times`,
   ``HOST_REPEATS`` bursts);
-* **power**, for the configurations marked ``power`` only: the NVML energy counter over
-  a timed loop of at least ``POWER_WINDOW_S`` (the counter and the power reading update
-  about every 100 ms: a 1-s window holds about ten updates), with the loop's time per
-  step, so that an op's busy power follows as in :mod:`opcost.validate.replay`;
+* **power**, for as many configurations of each family as the chunk marks ``power``
+  (:class:`PowerPlan`): the NVML energy counter over a timed loop of at least
+  ``POWER_WINDOW_S`` (the counter and the power reading update about every 100 ms: a
+  1-s window holds about ten updates), with the loop's time per step, so that an op's
+  busy power follows as in :mod:`opcost.validate.replay`. The windows go to the
+  family's GPU-bound configurations first (kernel time at least the host time: the GPU
+  is busy through the window), which carry its busy power; a family whose chunk has
+  too few of those gets its windows on the last configurations;
 * per chunk: the host-speed probe (:func:`opcost.tracing.host_probe_s`), a
   synchronisation's cost, the idle power before the chunk, and the device's peak
   matrix-product and memory rates (:func:`opcost.peaks.measure_peaks`, the roofline's
@@ -24,6 +28,7 @@ not at all. Rows carry the provenance (GPU, driver, torch, host, host CPU, time)
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import statistics
@@ -90,11 +95,55 @@ def idle_power_w(device: torch.device, counter: Any) -> float:
     return (e1 - e0) / 1e3 / (t1 - t0)
 
 
+class PowerPlan:
+    """Which configurations of a chunk get a power window, per family and mode.
+
+    A family has ``quota`` windows among its ``left`` configurations of the chunk; a
+    configuration gets one when it is GPU-bound and windows are left, or when no more
+    configurations than windows are left (so the quota is always spent)."""
+
+    def __init__(self, samples: pd.DataFrame) -> None:
+        self.quota = samples.groupby("family")["power"].sum().astype(int).to_dict()
+        self.left = samples.groupby("family").size().to_dict()
+        self._asked = False
+
+    def take(self, family: str, gpu_bound: bool) -> bool:
+        """Whether this configuration (the next of ``family``) gets a window."""
+        quota, left = self.quota.get(family, 0), self.left.get(family, 0)
+        self.left[family] = left - 1
+        if quota > 0 and (gpu_bound or left <= quota):
+            self.quota[family] = quota - 1
+            return True
+        return False
+
+    def wants(self, family: str, row: dict[str, Any]) -> bool:
+        """:meth:`take` for a configuration measured as ``row``."""
+        self._asked = True
+        return self.take(family, gpu_bound(row))
+
+    def settle(self, family: str) -> None:
+        """After a configuration: one that failed before :meth:`wants` is counted too."""
+        if not self._asked:
+            self.take(family, gpu_bound=False)
+        self._asked = False
+
+
+def gpu_bound(row: dict[str, Any]) -> bool:
+    """Whether a measured configuration keeps the GPU busy: its kernel time per call is
+    at least its host time per call."""
+    gpu, host = row.get("gpu_time_s"), row.get("host_time_s")
+    return row.get("status") == "ok" and gpu is not None and host is not None and gpu >= host
+
+
 def measure_one(
-    spec: dict[str, Any], opts: harness.HarnessOptions, counter: Any = None
+    spec: dict[str, Any],
+    opts: harness.HarnessOptions,
+    counter: Any = None,
+    wants_power: Any = None,
 ) -> dict[str, Any]:
     """One configuration in one mode: GPU time, kernels, host time (and power with a
-    ``counter``); per call, as the module docstring says."""
+    ``counter``, if ``wants_power(row)`` says so given the time figures, or always
+    without it); per call, as the module docstring says."""
     device = torch.device(opts.device)
     t0 = time.perf_counter()
     row: dict[str, Any] = {}
@@ -102,7 +151,7 @@ def measure_one(
         # An op that cannot run here (its type does not import, its inputs do not fit it,
         # out of memory) is a failed row, as in a profiling job; the chunk goes on.
         with profile.failure_recorded(row):
-            row.update(_measure(spec, opts, device, counter))
+            row.update(_measure(spec, opts, device, counter, wants_power))
     finally:
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -111,7 +160,11 @@ def measure_one(
 
 
 def _measure(
-    spec: dict[str, Any], opts: harness.HarnessOptions, device: torch.device, counter: Any
+    spec: dict[str, Any],
+    opts: harness.HarnessOptions,
+    device: torch.device,
+    counter: Any,
+    wants_power: Any,
 ) -> dict[str, Any]:
     workload = harness.prepare_op(spec, opts)
     try:
@@ -134,7 +187,7 @@ def _measure(
             "block_size": workload.block_size,
             "inplace_substituted": workload.inplace_substituted,
         }
-        if counter is not None:
+        if counter is not None and (wants_power is None or wants_power(row)):
             row.update(_power_window(workload, device, counter))
     finally:
         del workload
@@ -150,7 +203,9 @@ def measure_chunk(
     modes: tuple[str, ...] = MODES,
 ) -> pd.DataFrame:
     """Measure ``samples`` (columns ``op_id``, ``family``, ``spec``, ``power``) on GPU
-    configuration ``gpu`` in ``modes``; write the table to ``out_path`` and return it."""
+    configuration ``gpu`` in ``modes``; write the table to ``out_path`` and return it.
+    Each family gets as many power windows per mode as it has ``power`` samples here
+    (:class:`PowerPlan`)."""
     from opcost import nvml
 
     if samples.empty:  # nothing of this chunk to measure here: no device work
@@ -177,9 +232,13 @@ def measure_chunk(
         for mode in modes:
             opts = profile.options_for(gpu, mode, profile_config)
             harness.configure_numerics(opts)
+            plan = PowerPlan(samples)
             for sample in samples.itertuples(index=False):
                 spec = json.loads(sample.spec)
-                row = measure_one(spec, opts, counter if bool(sample.power) else None)
+
+                wants_power = functools.partial(plan.wants, sample.family)
+                row = measure_one(spec, opts, counter, wants_power)
+                plan.settle(sample.family)
                 row.update(
                     op_id=sample.op_id,
                     family=sample.family,

@@ -295,12 +295,16 @@ def op_space_families(study: Study, gpu: str) -> list[str] | None:
 
 
 def run_op_space_samples(params: dict[str, Any], output: str) -> None:
-    """Sample the op space (:func:`opcost.opspace.sample`); mark the power samples."""
+    """Sample the op space (:func:`opcost.opspace.sample`); mark ``power_samples`` of
+    each family, spread evenly over its sequence so that each chunk holding the family
+    spends its share (:class:`opcost.opspace_measure.PowerPlan`)."""
     from opcost import opspace
 
     table = opspace.sample(dict(params["samples"]), seed=params["seed"])
     rank = table.groupby("family").cumcount()
-    table["power"] = rank < params["power_samples"]
+    size = table.groupby("family")["family"].transform("size")
+    k = params["power_samples"]
+    table["power"] = (rank + 1) * k // size > rank * k // size
     write_parquet_atomic(table, output)
 
 
