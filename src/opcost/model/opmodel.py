@@ -182,7 +182,10 @@ def ceilings(table: pd.DataFrame, peaks: rl.Peaks) -> rl.Peaks:
 
 def training_rows(table: pd.DataFrame) -> pd.DataFrame:
     """The usable samples (``status`` ok, finite times) with the model's targets."""
-    rows = table[(table["status"] == "ok") & table["host_time_s"].gt(0)].copy()
+    rows = table[table["status"] == "ok"].copy()
+    # An empty chunk's columns are untyped: concatenated, they leave objects behind.
+    rows = rows.infer_objects()
+    rows = rows[rows["host_time_s"].astype("float64").gt(0)]
     rows["op_type"] = rows["op_type"].astype(str)
     rows["dtype"] = rows["dtype"].astype(str)
     rows["tf32"] = rows["tf32"].astype(bool)
