@@ -598,3 +598,119 @@ def test_many_networks_get_upright_labels_few_keep_theirs():
     assert {t.get_rotation() for t in few.get_xticklabels()} == {0.0}
     assert {t.get_rotation() for t in many.get_xticklabels()} == {90.0}
     plt.close(fig)
+
+
+# --- op-space figures (issue #23) --------------------------------------------------------
+
+
+def opspace_ops() -> pd.DataFrame:
+    """GPU times per call, by hand: conv in µs, linear in ms, softmax none usable."""
+    rows = [
+        # family, gpu, source, measured_s, predicted_s
+        ("conv", "h100", "held-out samples", 100e-6, 110e-6),  # +10 %
+        ("conv", "h100", "held-out samples", 200e-6, 150e-6),  # -25 %
+        ("conv", "h200", "network ops", 50e-6, 60e-6),  # +20 %
+        ("conv", "h200", "network ops", 80e-6, np.nan),  # left out
+        ("conv", "h100", "held-out samples", 0.0, 30e-6),  # left out
+        ("linear", "h100", "held-out samples", 2e-3, 2.2e-3),  # +10 %
+        ("linear", "h200", "held-out samples", 4e-3, 3e-3),  # -25 %
+        ("linear", "h200", "held-out samples", 1e-3, 1.05e-3),  # +5 %
+        ("linear", "h200", "network ops", 1e-3, 1.5e-3),  # +50 %
+        ("softmax", "h100", "network ops", -1e-6, 2e-6),  # left out
+        ("softmax", "h200", "network ops", 3e-6, np.inf),  # left out
+    ]
+    return pd.DataFrame(rows, columns=["family", "gpu", "source", "measured_s", "predicted_s"])
+
+
+def panel_points(ax) -> list[tuple[float, float]]:
+    return sorted(
+        (round(float(x), 9), round(float(y), 9)) for c in ax.collections for x, y in c.get_offsets()
+    )
+
+
+def test_opspace_op_types_figure_draws_each_family_from_its_rows(tmp_path):
+    ops = opspace_ops()
+    fig = figures.opspace_op_types_figure(ops)
+    assert fig.get_suptitle() == (
+        "Op models from the op space: predicted against measured GPU time per op family"
+    )
+    # One panel per family present, in the op space's order.
+    assert [ax.get_title() for ax in fig.axes] == ["conv", "linear", "softmax"]
+    conv, linear, softmax = fig.axes
+    # Every usable row is one point at (measured, predicted), in µs and ms; the others
+    # (NaN, 0, negative, inf) are not drawn.
+    assert panel_points(conv) == [(50.0, 60.0), (100.0, 110.0), (200.0, 150.0)]
+    assert conv.get_xlabel() == "measured GPU time [µs]"
+    assert panel_points(linear) == [(1.0, 1.05), (1.0, 1.5), (2.0, 2.2), (4.0, 3.0)]
+    assert linear.get_ylabel() == "predicted GPU time [ms]"
+    assert conv.get_xscale() == conv.get_yscale() == "log"
+    assert panel_points(softmax) == []
+    # Median |error| per source: conv held-out median(10, 25) = 17.5, network ops 20;
+    # linear held-out median(10, 25, 5) = 10, network ops 50.
+    conv_text = "\n".join(t.get_text() for t in conv.texts)
+    assert "held-out samples: 17.5% (n = 2)" in conv_text
+    assert "network ops: 20.0% (n = 1)" in conv_text
+    assert "2 left out" in conv_text
+    linear_text = "\n".join(t.get_text() for t in linear.texts)
+    assert "held-out samples: 10.0% (n = 3)" in linear_text
+    assert "network ops: 50.0% (n = 1)" in linear_text
+    assert "left out" not in linear_text
+    softmax_text = "\n".join(t.get_text() for t in softmax.texts)
+    assert "no positive GPU times" in softmax_text
+    assert "2 left out" in softmax_text
+    # The identity line and the ±10 % band: y = x, y = 0.9 x, y = 1.1 x.
+    slopes = sorted(round(line.get_ydata()[1] / line.get_xdata()[1], 6) for line in conv.lines)
+    assert slopes == [0.9, 1.0, 1.1]
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == [
+        "h100",
+        "h200",
+        "held-out samples",
+        "network ops",
+        "prediction = measurement",
+        "±10 %",
+    ]
+    save_figure(fig, tmp_path / "o.pdf", tmp_path / "o.png", FigureStyle(dpi=50))
+    assert_valid_pdf(tmp_path / "o.pdf")
+    assert_valid_png(tmp_path / "o.png")
+
+
+def test_opspace_op_types_figure_marks_sources_and_colours_gpus():
+    fig = figures.opspace_op_types_figure(opspace_ops())
+    linear = fig.axes[1]
+    # One collection per GPU and source; h200's held-out points, two, share one colour.
+    sizes = sorted(len(c.get_offsets()) for c in linear.collections)
+    assert sizes == [1, 1, 2]
+    colors = {tuple(np.round(c.get_facecolor()[0][:3], 6)) for c in linear.collections}
+    assert len(colors) == 2
+
+
+def test_opspace_op_types_figure_without_rows_says_so():
+    empty = opspace_ops().iloc[:0]
+    fig = figures.opspace_op_types_figure(empty)
+    assert any("no op predictions" in t.get_text() for ax in fig.axes for t in ax.texts)
+
+
+def test_prediction_networks_figure_takes_a_title_and_a_predicted_label(predictions):
+    _, networks = predictions
+    default = figures.prediction_networks_figure(networks)
+    assert default.get_suptitle() == (
+        "Network level: predicted against measured (leave-one-network-out)"
+    )
+    default_legend = [t.get_text() for t in default.legends[0].get_texts()]
+    assert default_legend[:2] == ["measured network", "sum of operation predictions"]
+    fig = figures.prediction_networks_figure(
+        networks,
+        title="Networks replayed from op-space predictions: predicted against measured",
+        predicted_label="replay of predicted ops",
+    )
+    assert fig.get_suptitle() == (
+        "Networks replayed from op-space predictions: predicted against measured"
+    )
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == [
+        "replay of predicted ops" if t.startswith("sum of") else t for t in default_legend
+    ]
+    # The bars are the same either way.
+    for a, b in zip(default.axes, fig.axes, strict=True):
+        assert [p.get_height() for p in a.patches] == [p.get_height() for p in b.patches]

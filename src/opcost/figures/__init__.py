@@ -19,6 +19,7 @@ from opcost.figures.method import (
     startup_figure,
 )
 from opcost.figures.prediction import (
+    opspace_op_types_figure,
     prediction_errors_figure,
     prediction_networks_figure,
     prediction_op_types_figure,
@@ -54,6 +55,7 @@ __all__ = [
     "figure_entry",
     "figure_targets",
     "network_energy_figure",
+    "opspace_op_types_figure",
     "power_trace_figure",
     "prediction_errors_figure",
     "prediction_networks_figure",

@@ -3,7 +3,9 @@
 The operation-level figures take the held-out operations
 (:func:`opcost.validate.predictions.prediction_ops`), :func:`prediction_networks_figure`
 the leave-one-network-out networks
-(:func:`opcost.validate.predictions.prediction_networks`); each also takes a
+(:func:`opcost.validate.predictions.prediction_networks`) or networks replayed from other
+predictions; :func:`opspace_op_types_figure` takes the GPU times of op models trained on
+the op space (held-out samples and network ops). Each also takes a
 :class:`~opcost.figures.style.FigureStyle`.
 """
 
@@ -279,16 +281,30 @@ def prediction_op_types_figure(ops: pd.DataFrame, style: FigureStyle | None = No
     return fig
 
 
-def prediction_networks_figure(networks: pd.DataFrame, style: FigureStyle | None = None) -> Figure:
-    """Predicted (summed operation predictions) against measured whole networks.
+def prediction_networks_figure(
+    networks: pd.DataFrame,
+    style: FigureStyle | None = None,
+    *,
+    title: str = "Network level: predicted against measured (leave-one-network-out)",
+    predicted_label: str = "sum of operation predictions",
+) -> Figure:
+    """Predicted against measured whole networks: time and energy per iteration.
 
-    Leave-one-network-out: each network is predicted by predictors trained without its
-    operation measurements. One row per GPU configuration and mode (reference setting),
-    time and energy per iteration; the label over a prediction is its relative error; a
-    ``*`` after a network's name marks operations its predictors never saw.
+    One row per GPU configuration and mode (each configuration's reference setting:
+    ``default``, else the first by name), time left and energy right; a measured and a
+    predicted bar per network; the label over a prediction is its relative error; a ``*``
+    after a network's name marks operations its predictors never saw. ``title`` is the
+    figure's title, ``predicted_label`` the legend's name of the predicted bars; their
+    defaults describe leave-one-network-out predictions (each network predicted by
+    predictors trained without its operation measurements).
+
+    Columns of ``networks``, one row per network, GPU configuration, setting and mode:
+    ``model_input`` (network and input shape, ``resnet18_4x3x64x64``), ``gpu``,
+    ``setting``, ``mode``, ``time_s`` and ``time_pred_s`` (measured and predicted time per
+    iteration), ``energy_j`` and ``energy_pred_j`` (per iteration; NaN without power
+    data) and ``n_ops_unseen`` (the network's operations its predictors never saw).
     """
     style = style or FigureStyle()
-    title = "Network level: predicted against measured (leave-one-network-out)"
     if networks.empty:
         return message_figure(title, "no network predictions", style)
     part = at_reference(networks)
@@ -323,10 +339,145 @@ def prediction_networks_figure(networks: pd.DataFrame, style: FigureStyle | None
                 ax.margins(y=0.25)
         handles = [
             Patch(color=COLORS["measured"], label="measured network"),
-            Patch(color=COLORS["predicted"], label="sum of operation predictions"),
+            Patch(color=COLORS["predicted"], label=predicted_label),
         ]
         if (part["n_ops_unseen"] > 0).any():
             handles.append(Patch(color="none", label="* has operations unseen in training"))
         fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), frameon=False)
         fig.suptitle(title)
     return fig
+
+
+#: The op space's families in its order (:data:`opcost.opspace.FAMILIES`, which imports
+#: torch); families not named here follow by name.
+OP_FAMILIES = (
+    "conv",
+    "linear",
+    "matmul",
+    "attention",
+    "norm",
+    "activation",
+    "pool",
+    "elementwise",
+    "softmax",
+    "dropout",
+    "cat",
+    "copy",
+    "view",
+)
+#: Marker of each source of ops; other sources take the markers of :data:`_MORE_MARKERS`.
+SOURCE_MARKERS = {"held-out samples": "o", "network ops": "x"}
+_MORE_MARKERS = ("s", "^", "v", "D", "+")
+#: The dashed band around prediction = measurement: ±10 %.
+TOLERANCE = 0.10
+
+
+def _family_order(families: Iterable[str]) -> list[str]:
+    present = set(families)
+    return [f for f in OP_FAMILIES if f in present] + sorted(present - set(OP_FAMILIES))
+
+
+def _source_markers(sources: Iterable[str]) -> dict[str, str]:
+    present = set(sources)
+    markers = {s: m for s, m in SOURCE_MARKERS.items() if s in present}
+    others = sorted(present - set(SOURCE_MARKERS))
+    for k, source in enumerate(others):
+        markers[source] = _MORE_MARKERS[k % len(_MORE_MARKERS)]
+    return markers
+
+
+def opspace_op_types_figure(ops: pd.DataFrame, style: FigureStyle | None = None) -> Figure:
+    """Predicted against measured GPU time per call of op-space op models, per op family.
+
+    Columns of ``ops``, one row per op and GPU configuration: ``gpu`` (the GPU
+    configuration), ``family`` (op family, :data:`OP_FAMILIES`), ``source`` (``held-out
+    samples`` or ``network ops``), ``measured_s`` and ``predicted_s`` (GPU kernel time per
+    call). One log-log panel per family, four to a row: points coloured by GPU
+    configuration, marked by source; the black line is prediction = measurement, the
+    dashed ones ±10 %. Each panel names, per source, the median absolute error
+    (|predicted / measured - 1|) and n. Rows whose measured or predicted time is missing,
+    infinite or not positive are not drawn; a panel says how many it left out.
+    """
+    style = style or FigureStyle()
+    title = "Op models from the op space: predicted against measured GPU time per op family"
+    if ops.empty:
+        return message_figure(title, "no op predictions", style)
+    families = _family_order(ops["family"])
+    gpu_colors = {gpu: f"C{i % 10}" for i, gpu in enumerate(sorted(ops["gpu"].unique()))}
+    markers = _source_markers(ops["source"])
+    n_cols = min(4, len(families))
+    n_rows = -(-len(families) // n_cols)
+    with mpl.rc_context(style.rc()):
+        fig = Figure(figsize=(3.0 * n_cols + 2.2, 0.9 + 2.9 * n_rows), layout="constrained")
+        axes = fig.subplots(n_rows, n_cols, squeeze=False).ravel()
+        for ax in axes[len(families) :]:
+            ax.remove()
+        for ax, family in zip(axes, families, strict=False):
+            _opspace_panel(ax, ops[ops["family"] == family], gpu_colors, markers)
+            ax.set_title(family)
+        handles = [
+            Line2D([], [], marker="o", linestyle="", color=color, label=gpu)
+            for gpu, color in gpu_colors.items()
+        ]
+        handles += [
+            Line2D([], [], marker=marker, linestyle="", color=COLORS["measured"], label=source)
+            for source, marker in markers.items()
+        ]
+        handles.append(Line2D([], [], color="black", linewidth=1, label="prediction = measurement"))
+        handles.append(Line2D([], [], color="black", linewidth=0.8, linestyle="--", label="±10 %"))
+        fig.legend(handles=handles, loc="outside right upper", frameon=False)
+        fig.suptitle(title)
+    return fig
+
+
+def _opspace_panel(
+    ax: Any, rows: pd.DataFrame, gpu_colors: Mapping[str, Any], markers: Mapping[str, str]
+) -> None:
+    measured = rows["measured_s"].to_numpy(dtype=float)
+    pred = rows["predicted_s"].to_numpy(dtype=float)
+    ok = np.isfinite(measured) & np.isfinite(pred) & (measured > 0) & (pred > 0)
+    left_out = int((~ok).sum())
+    left_text = f"{left_out} left out (time missing or ≤ 0)"
+    if not ok.any():
+        note(ax, "no positive GPU times" + (f"\n{left_text}" if left_out else ""))
+        return
+    kept = rows[ok]
+    factor, unit = unit_scale([*measured[ok], *pred[ok]], "s")
+    for (gpu, source), group in kept.groupby(["gpu", "source"], sort=True):
+        ax.scatter(
+            group["measured_s"].to_numpy(dtype=float) * factor,
+            group["predicted_s"].to_numpy(dtype=float) * factor,
+            s=14,
+            marker=markers[source],
+            color=gpu_colors[gpu],
+            alpha=0.7,
+        )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    _identity(ax, np.concatenate([measured[ok], pred[ok]]) * factor, log=True)
+    lo, hi = ax.get_xlim()
+    for k in (1 - TOLERANCE, 1 + TOLERANCE):
+        ax.plot([lo, hi], [lo * k, hi * k], color="black", linewidth=0.8, linestyle="--")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    plain_log_ticks(ax.xaxis)
+    plain_log_ticks(ax.yaxis)
+    lines = []
+    for source in markers:
+        part = kept[kept["source"] == source]
+        if part.empty:
+            continue
+        err = np.abs(part["predicted_s"] / part["measured_s"] - 1) * 100
+        lines.append(f"{source}: {np.median(err):.1f}% (n = {len(part)})")
+    if left_out:
+        lines.append(left_text)
+    ax.text(
+        0.03,
+        0.97,
+        "median |error|\n" + "\n".join(lines),
+        transform=ax.transAxes,
+        va="top",
+        fontsize="x-small",
+    )
+    ax.set_xlabel(f"measured GPU time [{unit}]")
+    ax.set_ylabel(f"predicted GPU time [{unit}]")
