@@ -15,7 +15,16 @@ from its TF32-on twin):
 3. **networks**: each network's step replayed (opcost.replay) from its ops' predicted
    host and GPU times, against its measured time per step (``time_s``), and its energy
    (busy power x GPU time + waiting power x the rest) against ``energy_j``; per mode
-   and batch. Prints MAPE and median signed error.
+   and batch. Prints MAPE and median signed error;
+4. **choice**: per network and mode, the configuration with the least measured and
+   predicted time and energy, between the H100 and the H200 and among all configurations
+   given (:func:`opcost.validate.predictions.configuration_choice`): right in how many of
+   the cases whose measured best wins by more than ``CLEAR_MARGIN``, beside the constant
+   baseline (always the configuration most often best), and in the cases that baseline
+   gets wrong.
+
+``--out DIR`` writes ``ops.csv`` (held-out samples and network ops: family, measured and
+predicted GPU time) and ``networks.csv``; ``--figures DIR`` draws both (PNG).
 """
 
 from __future__ import annotations
@@ -30,10 +39,13 @@ import pandas as pd
 from opcost import replay as rp
 from opcost.model import opmodel
 from opcost.train import TrainConfig, make_regressor
+from opcost.validate.predictions import configuration_choice
 from opcost.validate.replay import _isolated_steps, call_sequences
 
 REPO = Path(__file__).resolve().parents[1]
 STUDIES = ("hopper", "hopper-large")
+#: A measured best that wins by less than this is a tie: the choice is not scored there.
+CLEAR_MARGIN = 0.05
 
 
 def load(gpu: str) -> pd.DataFrame:
@@ -58,9 +70,18 @@ def held_out(gpu: str, regressors: list[str]) -> pd.DataFrame:
         pred = model.predict(test[["spec", "mode", "op_type"]])["gpu_time_s"].to_numpy()
         base = baseline(table[~table["op_id"].isin(hold)], test, maker(reg))
         for name, p in ((reg, pred), (f"{reg} on log time (baseline)", base)):
-            err = p / test["gpu_time_s"].to_numpy() - 1
+            measured = test["gpu_time_s"].to_numpy()
             out.append(
-                pd.DataFrame({"gpu": gpu, "model": name, "family": test["family"], "err": err})
+                pd.DataFrame(
+                    {
+                        "gpu": gpu,
+                        "model": name,
+                        "family": test["family"],
+                        "measured_s": measured,
+                        "predicted_s": p,
+                        "err": p / measured - 1,
+                    }
+                )  # fmt: skip
             )
     return pd.concat(out, ignore_index=True)
 
@@ -81,6 +102,19 @@ def baseline(train: pd.DataFrame, test: pd.DataFrame, make) -> np.ndarray:
         )
         pred[sel] = np.exp(fit.predict(opmodel.features(test[sel], schema, np.ones(sel.sum()))))
     return pred
+
+
+def _replay(
+    seq: list[str], ops: pd.DataFrame, training: bool, gap_s: float, net: pd.Series
+) -> tuple[pd.DataFrame, rp.Replay]:
+    """A network's step replayed from its ops' host and GPU times (``ops`` by op_id)."""
+    steps = _isolated_steps(seq, ops, training)
+    return steps, rp.replay(
+        list(steps["host"]), list(steps["gpu"]), list(steps["n"]),
+        kernel_gap_s=gap_s,
+        sync_s=float(net["sync_s"]) if pd.notna(net["sync_s"]) else 0.0,
+        repeats=int(net["trace_number_per_run"] or 1),
+    )  # fmt: skip
 
 
 def networks(gpu: str, model: opmodel.OpModel) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -110,42 +144,65 @@ def networks(gpu: str, model: opmodel.OpModel) -> tuple[pd.DataFrame, pd.DataFra
             sel = (o["mode"] == mode).to_numpy()
             pm = p[sel].assign(op_id=o.loc[sel, "op_id"].to_numpy()).drop_duplicates("op_id")
             pm = pm.set_index("op_id")
+            measured = o[sel].drop_duplicates("op_id").set_index("op_id")
             for _, net in d[(d["kind"] == "network") & (d["mode"] == mode)].iterrows():
                 seq = seqs.get(net["model_input"])
                 if not seq or not set(seq) <= set(pm.index):
                     continue
-                steps = _isolated_steps(seq, pm, mode == "training")
-                r = rp.replay(
-                    list(steps["host"]), list(steps["gpu"]), list(steps["n"]),
-                    kernel_gap_s=float(o["launch_gap_s"].median()),
-                    sync_s=float(net["sync_s"]) if pd.notna(net["sync_s"]) else 0.0,
-                    repeats=int(net["trace_number_per_run"] or 1),
-                )  # fmt: skip
+
+                gap = float(o["launch_gap_s"].median())
+                steps, r = _replay(seq, pm, mode == "training", gap, net)
+                _, iso = _replay(seq, measured, mode == "training", gap, net)
                 busy = pm["busy_power_w"].reindex(steps["op_id"]).to_numpy()
                 energy = float(np.nansum(steps["gpu"].to_numpy() * busy))
                 energy += model.wait_power_w * max(r.time_s - float(steps["gpu"].sum()), 0.0)
                 batch = int(net["model_input"].rsplit("_", 1)[1].split("x")[0])
                 nets_out.append(
-                    {"gpu": gpu, "network": net["model_input"], "mode": mode, "batch": batch,
+                    {"gpu": gpu, "setting": "default", "model_input": net["model_input"],
+                     "mode": mode, "batch": batch,
                      "time": r.time_s / net["time_s"] - 1,
                      "energy": energy / net["energy_j"] - 1,
-                     "predicted_time_s": r.time_s, "measured_time_s": net["time_s"],
-                     "predicted_energy_j": energy, "measured_energy_j": net["energy_j"],
-                     "bound": r.bound}
+                     "time_pred_s": r.time_s, "time_s": net["time_s"],
+                     "energy_pred_j": energy, "energy_j": net["energy_j"],
+                     "time_iso_s": iso.time_s, "n_ops_unseen": 0, "bound": r.bound}
                 )  # fmt: skip
     return pd.concat(ops_out, ignore_index=True), pd.DataFrame(nets_out)
+
+
+def choice(nets: pd.DataFrame, gpus: list[str]) -> None:
+    """Print the choice scores among ``gpus`` (module docstring, item 4)."""
+    picks = configuration_choice(nets[nets["gpu"].isin(gpus)])
+    if picks.empty:
+        return
+    print(f"\nchoice among {', '.join(gpus)}: {len(picks)} network-mode cases")
+    for what in ("fastest", "least_energy"):
+        clear = picks[picks[f"{what}_margin"] > CLEAR_MARGIN]
+        if clear.empty:
+            print(f"  {what}: no case whose best wins by more than {CLEAR_MARGIN:.0%}")
+            continue
+        constant = clear[f"measured_{what}"].value_counts().index[0]
+        right = (clear[f"predicted_{what}"] == clear[f"measured_{what}"]).to_numpy()
+        base = (clear[f"measured_{what}"] == constant).to_numpy()
+        print(
+            f"  {what}: clear cases (margin > {CLEAR_MARGIN:.0%}) {len(clear)}; "
+            f"predicted right {right.sum()} ({right.mean():.0%}); constant baseline "
+            f"'{constant}' right {base.sum()} ({base.mean():.0%}); in the "
+            f"{(~base).sum()} cases it gets wrong, predicted right {right[~base].sum()}"
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("gpus", nargs="*", default=["h100", "h200", "h100-notf32", "h200-notf32"])
     parser.add_argument("--regressors", default="random_forest,extra_trees,gradient_boosting")
-    parser.add_argument("--out", type=Path, help="write the network table (CSV) here")
+    parser.add_argument("--out", type=Path, help="write ops.csv and networks.csv here")
+    parser.add_argument("--figures", type=Path, help="draw the two figures (PNG) here")
     args = parser.parse_args()
     regs = args.regressors.split(",")
-    all_nets = []
+    all_nets, all_ops = [], []
     for gpu in args.gpus:
         h = held_out(gpu, regs)
+        all_ops.append(h[h["model"] == regs[0]].assign(source="held-out samples"))
         print(f"\n== {gpu}: held-out sampled configurations, GPU time ==")
         print(
             h.groupby(["model", "family"])["err"]
@@ -159,6 +216,7 @@ def main() -> None:
         twin = load(gpu.replace("-notf32", "")) if "notf32" in gpu else None
         model = opmodel.fit(load(gpu), gpu, maker(regs[0]), twin=twin)
         ops, nets = networks(gpu, model)
+        all_ops.append(ops.assign(source="network ops"))
         k = ops[ops["measured_s"] > 0]
         e = k["predicted_s"] / k["measured_s"] - 1
         ratio = k["predicted_s"].sum() / k["measured_s"].sum()
@@ -166,15 +224,46 @@ def main() -> None:
               f"sum of predicted / measured {ratio:.3f}")  # fmt: skip
         for (mode, batch), g in nets.groupby(["mode", "batch"]):
             t, en = 100 * g["time"], 100 * g["energy"]
+            iso = 100 * (g["time_pred_s"] / g["time_iso_s"] - 1)
+            im = 100 * (g["time_iso_s"] / g["time_s"] - 1)
             print(f"networks {mode:9s} batch {batch:3d} n={len(g):2d}  time MAPE "
                   f"{t.abs().mean():5.1f} % (median {t.median():+6.1f} %)"
-                  f"  energy MAPE {en.abs().mean():5.1f} %")  # fmt: skip
+                  f"  energy MAPE {en.abs().mean():5.1f} %  time vs the replay of the "
+                  f"measured ops MAPE {iso.abs().mean():5.1f} %, of those ops "
+                  f"{im.abs().mean():5.1f} % (median {im.median():+6.1f} %)")  # fmt: skip
         all_nets.append(nets)
     nets = pd.concat(all_nets, ignore_index=True)
     print(f"\nall networks: time MAPE {100 * nets['time'].abs().mean():.1f} %, "
           f"energy MAPE {100 * nets['energy'].abs().mean():.1f} %")  # fmt: skip
+    pair = [g for g in ("h100", "h200") if g in args.gpus]
+    choice(nets, pair)
+    if sorted(args.gpus) != sorted(pair):
+        choice(nets, list(args.gpus))
+    ops = pd.concat(all_ops, ignore_index=True)[
+        ["gpu", "source", "family", "measured_s", "predicted_s"]
+    ]
     if args.out:
-        nets.to_csv(args.out, index=False)
+        args.out.mkdir(parents=True, exist_ok=True)
+        ops.to_csv(args.out / "ops.csv", index=False)
+        nets.to_csv(args.out / "networks.csv", index=False)
+    if args.figures:
+        draw(ops, nets, args.figures)
+
+
+def draw(ops: pd.DataFrame, nets: pd.DataFrame, directory: Path) -> None:
+    """The op-type and network figures of the issue, as PNG files in ``directory``."""
+    from opcost.figures.prediction import opspace_op_types_figure, prediction_networks_figure
+    from opcost.figures.style import FigureStyle
+
+    directory.mkdir(parents=True, exist_ok=True)
+    style = FigureStyle()
+    opspace_op_types_figure(ops, style).savefig(directory / "opspace-op-types.png", dpi=80)
+    prediction_networks_figure(
+        nets,
+        style,
+        title="Networks replayed from op-space predictions: predicted against measured",
+        predicted_label="replay of predicted ops",
+    ).savefig(directory / "opspace-networks.png", dpi=80)
 
 
 if __name__ == "__main__":
