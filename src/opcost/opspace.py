@@ -10,7 +10,8 @@ cube to one configuration: log-uniform sizes (batch 1-256, channels 3-2048, spat
 channels-last inputs, the op type within the family). Points come from a scrambled Sobol
 sequence (space-filling); :func:`sample` takes ``n`` points per family from a given
 offset, so a second round (adaptive: more points for the families the model misses
-most, :func:`allocate`) continues the same sequence without repeating a configuration.
+most, :func:`allocate`, from trained op models' errors :func:`next_round`) continues the
+same sequence without repeating a point.
 
 A configuration is built on PyTorch's ``meta`` device, called as a network calls it, and
 recorded with extraction's own spec builder (:func:`opcost.spec.make_spec`), so its spec
@@ -22,10 +23,12 @@ halved until it fits, so that one configuration never costs more than a few ms p
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -562,3 +565,29 @@ def allocate(errors: dict[str, float], total: int, *, floor: int = 0) -> dict[st
     for f in by_remainder[:left]:
         out[f] += 1
     return out
+
+
+def next_round(
+    metrics_paths: Sequence[str | Path], total: int, *, floor: int = 0
+) -> dict[str, int]:
+    """Samples per family of the next adaptive round: :func:`allocate` of ``total`` over
+    each family's held-out GPU-time MAPE (%), averaged over the op models'
+    ``metrics.json`` files given (``families.<family>.gpu_time_mape_pct``, written by
+    rule ``train_op_models``) that score the family. A family no file scores (no
+    held-out row with kernels, e.g. views) gets none. Raises :class:`OpSpaceError`
+    naming a file that cannot be read as such metrics, or when none is given."""
+    if not metrics_paths:
+        raise OpSpaceError("no metrics.json given: train the op models first (op_models)")
+    errors: dict[str, list[float]] = {}
+    for path in metrics_paths:
+        try:
+            families = json.loads(Path(path).read_text())["families"]
+            for family, scores in families.items():
+                errors.setdefault(family, []).append(float(scores["gpu_time_mape_pct"]))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise OpSpaceError(
+                f"{path}: not an op models' metrics.json "
+                f"(families.<family>.gpu_time_mape_pct): {type(e).__name__}: {e}"
+            ) from e
+    means = {family: sum(v) / len(v) for family, v in sorted(errors.items())}
+    return allocate(means, total, floor=floor)

@@ -16,7 +16,8 @@ An op-space job (:func:`measure_chunk`) measures one chunk of the sampled config
   family's GPU-bound configurations first (kernel time at least the host time: the GPU
   is busy through the window), which carry its busy power; a family whose chunk has
   too few of those gets its windows on the last configurations;
-* per chunk: the host-speed probe (:func:`opcost.tracing.host_probe_s`), a
+* per chunk: the host-speed probe (:func:`opcost.tracing.host_probe_s`), the host
+  time of a trivial backward node (:func:`opcost.tracing.backward_node_s`), a
   synchronisation's cost, the idle power before the chunk, and the device's peak
   matrix-product and memory rates (:func:`opcost.peaks.measure_peaks`, the roofline's
   ceilings) under the configuration's numerics.
@@ -58,7 +59,8 @@ COLUMNS = (
     *("power_w", "power_window_s", "power_time_s", "measure_s", "finished_unix_s"),
     *("gpu", "device", "dtype", "tf32", "gpu_name", "gpu_uuid", "torch_version"),
     *("cuda_version", "host", "started_unix_s", "driver_version", "host_cpu", "sync_s"),
-    *("host_probe_s", "idle_power_w", "peak_matmul_flops_per_s", "peak_memory_bytes_per_s"),
+    *("host_probe_s", "backward_node_s", "idle_power_w"),
+    *("peak_matmul_flops_per_s", "peak_memory_bytes_per_s"),
 )
 
 
@@ -226,6 +228,7 @@ def measure_chunk(
             if not counter.available:
                 counter = None
         probe_start = tracing.host_probe_s(opts0.device)
+        node_s = tracing.backward_node_s(opts0.device)
         if counter is not None:
             idle_w = idle_power_w(device, counter)
         peak = measure_peaks(opts0.device, opts0.dtype, tf32=opts0.tf32)
@@ -259,6 +262,7 @@ def measure_chunk(
     table["host_cpu"] = facts["host_cpu"]
     table["sync_s"] = facts["sync_s"]
     table["host_probe_s"] = statistics.median([probe_start, probe_end])
+    table["backward_node_s"] = node_s
     table["idle_power_w"] = idle_w
     table["peak_matmul_flops_per_s"] = peak["matmul_flops_per_s"]
     table["peak_memory_bytes_per_s"] = peak["memory_bytes_per_s"]
