@@ -114,3 +114,47 @@ def test_busy_power_from_the_power_windows(model: opmodel.OpModel, h100) -> None
     busy = model.predict(h100[["spec", "mode", "op_type"]].head(40))["busy_power_w"]
     # An H100 SXM draws between its idle power (~70 W) and its 700 W limit.
     assert busy.between(60, 720).all()
+
+
+def test_leaf_overhead_from_views_and_the_backward_node() -> None:
+    # Two chunks of view samples, probes 2 and 4 ms: backward host 60 and 120 us (30 us a
+    # ms of probe), a trivial node 10 and 20 us (5 us a ms): the leaf costs 25 us a ms.
+    rows = pd.DataFrame(
+        {
+            "family": ["view", "view", "view"],
+            "mode": ["training", "training", "inference"],
+            "host_time_s": [80e-6, 160e-6, 20e-6],
+            "forward_host_time_s": [20e-6, 40e-6, 20e-6],
+            "host_probe_s": [2e-3, 4e-3, 2e-3],
+            "backward_node_s": [10e-6, 20e-6, 10e-6],
+        }
+    )
+    overhead, node = opmodel.leaf_overhead(rows)
+    assert node == pytest.approx(5e-3)
+    assert overhead == pytest.approx(30e-3 - 5e-3)
+    assert opmodel.leaf_overhead(rows.drop(columns="backward_node_s")) == (0.0, 0.0)
+
+
+def test_network_calls_do_not_pay_their_leaves(h100: pd.DataFrame, model) -> None:
+    m = opmodel.OpModel(
+        **{**model.__dict__, "leaf_overhead_ratio": 4e-3, "backward_node_ratio": 2e-3}
+    )
+    ops = h100[h100["op_type"].str.endswith(("add", "ReLU", "Conv2d"))][["spec", "op_type"]]
+    ops = ops.drop_duplicates("spec").assign(mode="training")
+    alone = m.predict(ops, isolated=True)
+    in_net = m.predict(ops)
+    probe = m.host_probe_s
+    leaves = np.array([opmodel._leaf_inputs(s) for s in ops["spec"]])
+    assert set(leaves) >= {1, 2}  # add takes two tensors; ReLU and Conv2d one
+    backward = alone["host_time_s"] - alone["forward_host_time_s"]
+    expected = alone["forward_host_time_s"] + np.maximum(
+        backward - leaves * 4e-3 * probe, np.minimum(backward, 2e-3 * probe)
+    )
+    np.testing.assert_allclose(in_net["host_time_s"], expected, rtol=1e-12)
+    np.testing.assert_allclose(in_net["forward_host_time_s"], alone["forward_host_time_s"])
+    np.testing.assert_allclose(in_net["gpu_time_s"], alone["gpu_time_s"])
+    inference = m.predict(ops.assign(mode="inference"))
+    np.testing.assert_allclose(
+        inference["host_time_s"],
+        m.predict(ops.assign(mode="inference"), isolated=True)["host_time_s"],
+    )

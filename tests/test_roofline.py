@@ -480,3 +480,79 @@ def test_measure_peaks_restores_tf32_settings() -> None:
         assert torch.backends.cudnn.allow_tf32 is False
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def _module(kind: str, inputs: list[list[int]], outputs: list[list[int]], **attrs) -> str:
+    return json.dumps(
+        {
+            "args": [{"__tensor__": i} for i in range(len(inputs))],
+            "attrs": attrs,
+            "inputs": [{"dtype": "float32", "param": False, "shape": s} for s in inputs],
+            "kind": "module",
+            "kwargs": {},
+            "outputs": [{"dtype": "float32", "shape": s} for s in outputs],
+            "type": f"torch.nn.modules.{kind}",
+        },
+        sort_keys=True,
+    )
+
+
+@pytest.mark.parametrize(
+    ("spec", "gemm"),
+    [
+        # Grouped 3x3 convolution, 512 -> 128 channels in 8 groups on 13x13, batch 9:
+        # m = 9*13*13 output pixels, n = 128/8, k = 512/8 * 9 per group.
+        (
+            _module("conv.Conv2d", [[9, 512, 13, 13]], [[9, 128, 13, 13]], in_channels=512,
+                    out_channels=128, kernel_size=[3, 3], stride=[1, 1], padding=[1, 1],
+                    dilation=[1, 1], groups=8, bias=True, transposed=False),
+            (1, 1521, 16, 576, 8, 0.0),
+        ),
+        # Depthwise 3x3, stride 2: 32 groups of one channel, 56 -> 28.
+        (
+            _module("conv.Conv2d", [[4, 32, 56, 56]], [[4, 32, 28, 28]], in_channels=32,
+                    out_channels=32, kernel_size=[3, 3], stride=[2, 2], padding=[1, 1],
+                    dilation=[1, 1], groups=32, bias=False, transposed=False),
+            (1, 4 * 28 * 28, 1, 9, 32, 1.0),
+        ),
+        # Linear 64 -> 40 on 3 x 7 tokens: m = 21 rows.
+        (
+            _module("linear.Linear", [[3, 7, 64]], [[3, 7, 40]], in_features=64,
+                    out_features=40, bias=True),
+            (1, 21, 40, 64, 1, 0.0),
+        ),
+        # LayerNorm over 1064 features of 2 x 379 tokens: 758 rows of 1064.
+        (
+            _module("normalization.LayerNorm", [[2, 379, 1064]], [[2, 379, 1064]],
+                    normalized_shape=[1064], elementwise_affine=True),
+            (1, 758, 1, 1064, 1, 0.0),
+        ),
+        # BatchNorm2d: 64 channels, each reduced over 13 * 3 * 3 values.
+        (
+            _module("batchnorm.BatchNorm2d", [[13, 64, 3, 3]], [[13, 64, 3, 3]],
+                    num_features=64, affine=True, track_running_stats=True),
+            (1, 64, 1, 117, 1, 0.0),
+        ),
+    ],
+)  # fmt: skip
+def test_shape_features_by_hand(spec: str, gemm: tuple) -> None:
+    from opcost.model.roofline import SHAPE_FEATURES, shape_features
+
+    got = dict(zip(SHAPE_FEATURES, shape_features(spec), strict=True))
+    *sizes, depthwise = gemm
+    names = ("log_gemm_batch", "log_gemm_m", "log_gemm_n", "log_gemm_k", "log_groups")
+    for name, size in zip(names, sizes, strict=True):
+        assert got[name] == pytest.approx(math.log(size)), name
+    assert got["depthwise"] == depthwise
+    x = json.loads(spec)["inputs"][0]["shape"]
+    assert got["log_in_numel"] == pytest.approx(math.log(math.prod(x)))
+    assert got["log_last_dim"] == pytest.approx(math.log(x[-1]))
+
+
+def test_shape_features_of_other_ops_are_not_applicable() -> None:
+    from opcost.model.roofline import shape_features
+
+    relu = _module("activation.ReLU", [[2, 8, 4, 4]], [[2, 8, 4, 4]], inplace=False)
+    f = shape_features(relu)
+    assert f[:5] == (-1.0,) * 5
+    assert f[6] == pytest.approx(math.log(256))

@@ -100,6 +100,41 @@ def host_probe_s(device: str) -> float:
     return statistics.median(times)
 
 
+#: Chain depths whose backward passes :func:`backward_node_s` compares.
+BACKWARD_NODE_DEPTHS = (1, 65)
+
+
+def backward_node_s(device: str) -> float:
+    """The host time one trivial node adds to a backward pass, as each op of a network
+    does: a chain of ``view`` calls on one tensor, its backward pass timed at the depths
+    of ``BACKWARD_NODE_DEPTHS``, the difference per node (median of ``PROBE_REPEATS``,
+    each a median of 5). An op measured alone has its inputs as leaves: its backward host
+    time also holds their gradients' accumulation, which this separates."""
+    dev = torch.device(device)
+    x = torch.zeros(8, device=dev, requires_grad=True)
+    grad = torch.ones(8, device=dev)
+
+    def backward_s(depth: int) -> float:
+        y = x
+        for _ in range(depth):
+            y = y.view(-1)
+        _sync(dev)
+        t0 = time.perf_counter()
+        torch.autograd.backward([y], [grad])
+        elapsed = time.perf_counter() - t0
+        x.grad = None
+        return elapsed
+
+    lo, hi = BACKWARD_NODE_DEPTHS
+    slopes = []
+    for _ in range(PROBE_REPEATS):
+        short = statistics.median(backward_s(lo) for _ in range(5))
+        long = statistics.median(backward_s(hi) for _ in range(5))
+        slopes.append((long - short) / (hi - lo))
+    _sync(dev)
+    return max(statistics.median(slopes), 0.0)
+
+
 @functools.cache
 def sync_s(device: str) -> float:
     """What a synchronisation with an idle device costs the host (median of 51)."""

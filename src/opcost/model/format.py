@@ -141,9 +141,14 @@ def _write_model(model: TreeEnsemble, path: Path) -> None:
         raise PredictorError(
             f"{path}: cannot store a {type(model).__name__}; expected a TreeEnsemble"
         )
+    write_arrays(model.to_arrays(), path)
+
+
+def write_arrays(arrays: dict[str, np.ndarray], path: Path) -> None:
+    """Save named plain arrays as an uncompressed, aligned ``.npz`` (:func:`_write_model`)."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
-        for name, array in model.to_arrays().items():
+        for name, array in arrays.items():
             member = io.BytesIO()
             np.lib.format.write_array(member, array, allow_pickle=False)
             info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
@@ -250,22 +255,32 @@ def _read_manifest(directory: Path) -> dict[str, bytes]:
                 f"{directory / name}: not in {MANIFEST_FILE} (added after training); "
                 "remove it or retrain the predictor"
             )
+    listed = {name: files[name] for name in PREDICTOR_FILES if name in files}
+    return read_listed(directory, listed, RETRAIN)
+
+
+def read_listed(directory: Path, files: dict[str, Any], retrain: str) -> dict[str, bytes]:
+    """The bytes of each file a manifest lists (name -> entry with ``sha256`` and
+    ``bytes``), each checked against its entry; read once, so what is parsed is what was
+    checked. ``retrain`` says what to do about a file that does not match.
+
+    Raises:
+        PredictorError: a listed file missing, unreadable or changed, naming it.
+    """
     contents = {}
-    for name in PREDICTOR_FILES:
-        if name not in files:
-            continue
-        entry, file = files[name], directory / name
+    for name, entry in files.items():
+        file = directory / name
         try:
             data = file.read_bytes()
         except OSError as e:
             raise PredictorError(
-                f"{file}: listed in {MANIFEST_FILE} but not readable ({e.strerror}); retrain"
+                f"{file}: listed in {MANIFEST_FILE} but not readable ({e.strerror}); {retrain}"
             ) from e
         expected = entry.get("sha256") if isinstance(entry, dict) else None
         if hashlib.sha256(data).hexdigest() != expected or len(data) != entry.get("bytes"):
             raise PredictorError(
                 f"{file}: does not match its SHA-256 in {MANIFEST_FILE} (changed or damaged "
-                f"since training); {RETRAIN}"
+                f"since training); {retrain}"
             )
         contents[name] = data
     return contents

@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -40,12 +41,23 @@ import pandas as pd
 
 from opcost.model import roofline as rl
 from opcost.model.features import FeatureSchema, build_schema, encode_features
+from opcost.model.trees import TreeEnsemble
 from opcost.validate.replay import WAIT_SHARE
 
 #: Families without kernels: GPU time 0.
 NO_KERNEL_FAMILIES = ("view",)
+#: The gap between two kernels queued on one stream: the median ``launch_gap_s`` of the
+#: traced Hopper networks and ops (H100 and H200, docs/results.md); the op space does not
+#: measure it.
+KERNEL_GAP_S = 1e-6
+#: Targets fitted with the configured number of trees; the others (kernels per call,
+#: the forward pass's shares) with a quarter of them, which keeps the model files small.
+MAIN_TARGETS = ("efficiency", "host")
+AUXILIARY_TREES_DIVISOR = 4
+#: The feature column of a family model that holds the log of the roofline time.
+LOG_ROOFLINE = "log_roofline_time_s"
 #: Features of the power model besides the family's one-hot.
-_POWER_FEATURES = ("training", "log_intensity", "efficiency")
+_POWER_FEATURES = ("training", "log_intensity", "efficiency", "log_kernel_s")
 
 
 @dataclass
@@ -70,13 +82,26 @@ class OpModel:
     power_families: tuple[str, ...]
     power_fit: Any = None
     meta: dict[str, Any] = field(default_factory=dict)
+    #: A synchronisation's cost, measured with the samples: ends a replayed step.
+    sync_s: float = 0.0
+    #: The device's gap between queued kernels (:func:`opcost.replay.replay`).
+    kernel_gap_s: float = 0.0
+    #: What a leaf input adds to an isolated op's backward host time that a network's call
+    #: does not pay, and the host time of a trivial backward node, both relative to the
+    #: host probe (:func:`leaf_overhead`); 0 where the samples do not tell.
+    leaf_overhead_ratio: float = 0.0
+    backward_node_ratio: float = 0.0
 
-    def predict(self, ops: pd.DataFrame, host_probe_s: float | None = None) -> pd.DataFrame:
+    def predict(
+        self, ops: pd.DataFrame, host_probe_s: float | None = None, *, isolated: bool = False
+    ) -> pd.DataFrame:
         """Per row of ``ops`` (columns ``spec``, ``mode``; the configuration's numerics are
         the model's): ``gpu_time_s``, ``forward_gpu_time_s``, ``n_kernels``,
         ``forward_n_kernels``, ``host_time_s``, ``forward_host_time_s``, ``efficiency``,
         ``roofline_time_s``, ``busy_power_w``, ``family``; host times for a host whose
-        probe is ``host_probe_s`` (default: the one measured with the training data)."""
+        probe is ``host_probe_s`` (default: the one measured with the training data). In
+        training, host times are those of a call in a network (the leaf inputs'
+        gradient accumulation taken off), or with ``isolated`` of the op measured alone."""
         probe = host_probe_s or self.host_probe_s
         rows = _with_conditions(ops, self.meta)
         fam = rows["op_type"].map(rl.family_of)
@@ -85,25 +110,27 @@ class OpModel:
         out["roofline_time_s"] = rl.roofline_times_s(
             list(rows["spec"]), list(rows["mode"]), self.ceilings
         )
-        for col in ("efficiency", "n_kernels", "host_ratio", "fwd_gpu", "fwd_host", "fwd_k"):
-            out[col] = np.nan
+        roof = out["roofline_time_s"].to_numpy()
+        targets = {
+            t: np.full(len(rows), np.nan)
+            for t in ("efficiency", "kernels", "host", "fwd_gpu", "fwd_host", "fwd_k")
+        }
+        families = fam.to_numpy()
         for name in fam.unique():
-            sel = fam == name
+            sel = families == name
             model = self.families.get(name) or self.families.get(_fallback(name, self.families))
             if model is None:
                 continue
-            x = features(rows[sel], model.schema, out.loc[sel, "roofline_time_s"].to_numpy())
-            for target, col in (
-                ("efficiency", "efficiency"),
-                ("kernels", "n_kernels"),
-                ("host", "host_ratio"),
-                ("fwd_gpu", "fwd_gpu"),
-                ("fwd_host", "fwd_host"),
-                ("fwd_k", "fwd_k"),
-            ):
+            x = features(rows[sel], model.schema, roof[sel])
+            for target, values in targets.items():
                 fit = model.fits.get(target)
                 if fit is not None:
-                    out.loc[sel, col] = fit.predict(x)
+                    values[sel] = fit.predict(x)
+        out["efficiency"] = targets["efficiency"]
+        out["n_kernels"] = targets["kernels"]
+        out["host_ratio"] = targets["host"]
+        for share in ("fwd_gpu", "fwd_host", "fwd_k"):
+            out[share] = targets[share]
         eff = np.exp(out["efficiency"]).clip(upper=1.0)
         out["efficiency"] = eff
         gpu = out["roofline_time_s"] / eff
@@ -119,15 +146,63 @@ class OpModel:
         ):
             s = out[share].clip(0, 1).fillna(0.5)
             out[col] = np.where(training, out[total] * s, out[total])
+        # In a network an op's inputs are no leaves: its backward pass does not accumulate
+        # their gradients as the isolated samples' did (at least one node's time stays).
+        leaves = np.array([float(_leaf_inputs(s)) for s in rows["spec"]])
+        backward = out["host_time_s"] - out["forward_host_time_s"]
+        kept = np.maximum(
+            backward - leaves * self.leaf_overhead_ratio * probe,
+            np.minimum(backward, self.backward_node_ratio * probe),
+        )
+        if not isolated:
+            out["host_time_s"] = np.where(
+                training, out["forward_host_time_s"] + kept, out["host_time_s"]
+            )
         out["busy_power_w"] = self._busy_power(out, rows)
         return out.drop(columns=["host_ratio", "fwd_gpu", "fwd_host", "fwd_k"])
 
     def _busy_power(self, out: pd.DataFrame, rows: pd.DataFrame) -> np.ndarray:
         if self.power_fit is None:
             return np.full(len(out), np.nan)
-        x = _power_x(out["family"], rows["mode"], _intensity(rows), out["efficiency"])
-        x = x.reindex(columns=_power_columns(self.power_families), fill_value=0.0)
-        return self.power_fit.predict(x.to_numpy())
+        x = _power_x(
+            out["family"], rows["mode"], _intensity(rows), out["efficiency"], _kernel_s(out)
+        )
+        x = x.reindex(columns=power_columns(self.power_families), fill_value=0.0)
+        return self.power_fit.predict(x)
+
+
+def _leaf_inputs(spec: str) -> int:
+    """The floating-point tensors an op takes that are not its parameters: each a leaf
+    with a gradient when the op is measured alone."""
+    return _leaf_count(spec)
+
+
+@lru_cache(maxsize=65536)
+def _leaf_count(spec: str) -> int:
+    inputs = json.loads(spec).get("inputs", [])
+    return sum(
+        1
+        for t in inputs
+        if not t.get("param") and str(t.get("dtype", "")).startswith(("float", "bfloat"))
+    )
+
+
+def leaf_overhead(rows: pd.DataFrame) -> tuple[float, float]:
+    """``(leaf overhead, backward node)`` relative to the host probe, from the training
+    samples of views (no kernels, one leaf input): their backward host time is one
+    trivial node plus the leaf's gradient accumulation; ``backward_node_s`` (measured per
+    chunk) is the node alone. ``(0, 0)`` where the samples lack either."""
+    if "backward_node_s" not in rows:
+        return 0.0, 0.0
+    node = pd.to_numeric(rows["backward_node_s"], errors="coerce") / rows["host_probe_s"]
+    node = node.dropna()
+    views = rows[rows["family"].eq("view") & rows["mode"].eq("training")]
+    backward = (views["host_time_s"] - views["forward_host_time_s"]) / views["host_probe_s"]
+    backward = backward.dropna()
+    if node.empty or backward.empty:
+        return 0.0, 0.0
+    node_ratio = float(node.median())
+    return max(float(backward.median()) - node_ratio, 0.0), node_ratio
 
 
 def _fallback(family: str, families: dict[str, FamilyModel]) -> str:
@@ -152,19 +227,31 @@ def _intensity(rows: pd.DataFrame) -> np.ndarray:
     return np.array([w.flops / w.bytes if w.bytes > 0 else 0.0 for w in works])
 
 
-def _power_columns(families: tuple[str, ...]) -> list[str]:
+def power_columns(families: tuple[str, ...]) -> list[str]:
     return [f"family[{f}]" for f in families] + list(_POWER_FEATURES)
 
 
 def _power_x(
-    family: pd.Series, mode: pd.Series, intensity: np.ndarray, efficiency: pd.Series
+    family: pd.Series,
+    mode: pd.Series,
+    intensity: np.ndarray,
+    efficiency: pd.Series,
+    kernel_s: pd.Series,
 ) -> pd.DataFrame:
     x = pd.get_dummies(family.to_numpy(), prefix="family", prefix_sep="[").astype(float)
     x.columns = [f"{c}]" for c in x.columns]
     x["training"] = (mode.to_numpy() == "training").astype(float)
     x["log_intensity"] = np.log1p(intensity)
     x["efficiency"] = efficiency.to_numpy()
+    # A kernel of a few microseconds ends before the GPU's power rises as far as a long
+    # one's.
+    x["log_kernel_s"] = np.log(np.clip(kernel_s.to_numpy(dtype=float), 1e-7, None))
     return x
+
+
+def _kernel_s(pred: pd.DataFrame) -> pd.Series:
+    """The predicted GPU time per kernel."""
+    return pred["gpu_time_s"] / pred["n_kernels"].clip(lower=1.0)
 
 
 # -- fitting --------------------------------------------------------------------------------
@@ -212,12 +299,22 @@ def _targets(rows: pd.DataFrame, roof: np.ndarray) -> dict[str, np.ndarray]:
         }
 
 
-def features(rows: pd.DataFrame, schema: FeatureSchema, roof: np.ndarray) -> np.ndarray:
-    """The family model's features: the pipeline's encoding (thesis section 4.2) and the
-    log of the roofline time."""
-    x = encode_features(rows, schema).to_numpy()
-    log_roof = np.log(np.clip(np.asarray(roof, dtype=float), 1e-12, None))[:, None]
-    return np.hstack([x, log_roof])
+def features(rows: pd.DataFrame, schema: FeatureSchema, roof: np.ndarray) -> pd.DataFrame:
+    """The family model's features: the pipeline's encoding (thesis section 4.2), the
+    op's shape features (:func:`opcost.model.roofline.shape_features`: the matrix product
+    it amounts to) and the log of the roofline time (column :data:`LOG_ROOFLINE`)."""
+    x = encode_features(rows, schema)
+    shapes = np.array([rl.shape_features(s) for s in rows["spec"]], dtype=float)
+    for i, name in enumerate(rl.SHAPE_FEATURES):
+        x[name] = shapes[:, i] if len(shapes) else np.empty(0)
+    x[LOG_ROOFLINE] = np.log(np.clip(np.asarray(roof, dtype=float), 1e-12, None))
+    return x
+
+
+def _ensemble(fitted: Any) -> TreeEnsemble:
+    """A fitted scikit-learn regressor as the plain-array ensemble that predicts and is
+    saved (:mod:`opcost.model.trees`)."""
+    return TreeEnsemble.from_sklearn(fitted)
 
 
 def fit_family(rows: pd.DataFrame, roof: np.ndarray, make: Any) -> FamilyModel:
@@ -228,8 +325,20 @@ def fit_family(rows: pd.DataFrame, roof: np.ndarray, make: Any) -> FamilyModel:
     for target, y in _targets(rows, roof).items():
         ok = np.isfinite(y)
         if ok.sum() >= 2:
-            fits[target] = make().fit(xs[ok], y[ok])
+            regressor = make()
+            if target not in MAIN_TARGETS:
+                _fewer_trees(regressor)
+            fits[target] = _ensemble(regressor.fit(xs[ok], y[ok]))
     return FamilyModel(schema, fits)
+
+
+def _fewer_trees(regressor: Any) -> None:
+    """A quarter of the trees (at least 10) for a target that varies little: the kernel
+    count and the forward pass's shares."""
+    for name in ("n_estimators", "max_iter"):
+        n = regressor.get_params().get(name)
+        if isinstance(n, int):
+            regressor.set_params(**{name: max(10, n // AUXILIARY_TREES_DIVISOR)})
 
 
 def wait_power_w(rows: pd.DataFrame) -> float:
@@ -267,8 +376,13 @@ def fit(
     for name, part in rows.groupby("family"):
         families[str(name)] = fit_family(part, roof[part.index.to_numpy()], make)
     p_wait = wait_power_w(rows)
+    overhead, node = leaf_overhead(rows)
     model = OpModel(
+        leaf_overhead_ratio=overhead,
+        backward_node_ratio=node,
         gpu=gpu,
+        sync_s=float(table["sync_s"].median()) if "sync_s" in table else 0.0,
+        kernel_gap_s=KERNEL_GAP_S,
         peaks=peaks,
         ceilings=ceil,
         host_probe_s=float(rows["host_probe_s"].median()),
@@ -283,10 +397,20 @@ def fit(
             "torch_version": str(table["torch_version"].iloc[0]),
             "host_cpu": str(table["host_cpu"].iloc[0]),
             "samples": int(len(rows)),
+            "measured": _measured_dates(table),
         },
     )
     model.power_fit = _fit_power(model, rows, make)
     return model
+
+
+def _measured_dates(table: pd.DataFrame) -> list[str]:
+    """The first and last day (UTC) the samples were measured; empty if not recorded."""
+    t = pd.to_numeric(table.get("finished_unix_s"), errors="coerce").dropna()
+    if t.empty:
+        return []
+    days = pd.to_datetime(t, unit="s", utc=True).dt.strftime("%Y-%m-%d")
+    return [str(days.min()), str(days.max())]
 
 
 def _fit_power(model: OpModel, rows: pd.DataFrame, make: Any) -> Any:
@@ -296,6 +420,83 @@ def _fit_power(model: OpModel, rows: pd.DataFrame, make: Any) -> Any:
     t, g = p["power_time_s"], p["gpu_time_s"].clip(upper=p["power_time_s"])
     busy = (p["power_w"] * t - model.wait_power_w * (t - g)) / g
     pred = model.predict(p[["spec", "mode", "op_type"]])
-    x = _power_x(p["family"], p["mode"], _intensity(p), pred["efficiency"])
-    x = x.reindex(columns=_power_columns(model.power_families), fill_value=0.0)
-    return make().fit(x.to_numpy(), busy.to_numpy())
+    x = _power_x(p["family"], p["mode"], _intensity(p), pred["efficiency"], _kernel_s(pred))
+    x = x.reindex(columns=power_columns(model.power_families), fill_value=0.0)
+    return _ensemble(make().fit(x, busy.to_numpy()))
+
+
+# -- training from the measured chunks ------------------------------------------------------
+
+
+def read_chunks(paths: list[str]) -> pd.DataFrame:
+    """One configuration's op-space chunk tables, concatenated (empty chunks too)."""
+    from opcost.io import read_parquet
+
+    tables = [read_parquet(p) for p in paths]
+    return pd.concat([t for t in tables if len(t)] or tables[:1], ignore_index=True)
+
+
+def twin_of(tables: dict[str, pd.DataFrame], gpu: str) -> str | None:
+    """For a TF32-off configuration, the configuration among ``tables`` measured on the
+    same GPU model with the same dtype and TF32 on (the one whose rows fill the families
+    it does not measure); None for TF32 on or without one."""
+
+    def first(table: pd.DataFrame, column: str) -> Any:
+        values = table[column].dropna()
+        return values.iloc[0] if len(values) else None
+
+    own = tables[gpu]
+    if first(own, "tf32") is None or bool(first(own, "tf32")):
+        return None
+    key = (first(own, "gpu_name"), first(own, "dtype"))
+    for name, table in sorted(tables.items()):
+        if (
+            name != gpu
+            and first(table, "tf32")
+            and ((first(table, "gpu_name"), first(table, "dtype")) == key)
+        ):
+            return name
+    return None
+
+
+def held_out_errors(
+    table: pd.DataFrame,
+    gpu: str,
+    make: Any,
+    *,
+    twin: pd.DataFrame | None = None,
+    fraction: float = 0.2,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Errors on sampled configurations held out of training: ``fraction`` of the op ids
+    (random, ``seed``) left out, the models fitted on the rest. Per family and overall:
+    ``n`` held-out rows with kernels, the median |error| and MAPE (%) of the GPU time per
+    call, and the median |error| of the host time per call."""
+    ids = np.asarray(sorted(table["op_id"].astype(str).unique()))
+    hold = set(np.random.default_rng(seed).choice(ids, int(len(ids) * fraction), replace=False))
+    held = table["op_id"].astype(str).isin(hold)
+    test = training_rows(table[held])
+    test = test[test["gpu_time_s"] > 0]
+    if test.empty:
+        return {"held_out_fraction": fraction, "families": {}}
+    model = fit(table[~held], gpu, make, twin=twin)
+    pred = model.predict(test[["spec", "mode", "op_type"]], isolated=True)
+    gpu_err = pred["gpu_time_s"].to_numpy() / test["gpu_time_s"].to_numpy() - 1.0
+    host_err = pred["host_time_s"].to_numpy() / test["host_time_s"].to_numpy() - 1.0
+
+    def scores(sel: np.ndarray) -> dict[str, float]:
+        g, h = np.abs(gpu_err[sel]), np.abs(host_err[sel])
+        return {
+            "n": int(sel.sum()),
+            "gpu_time_median_abs_error_pct": float(100 * np.median(g)),
+            "gpu_time_mape_pct": float(100 * np.mean(g)),
+            "host_time_median_abs_error_pct": float(100 * np.median(h)),
+        }
+
+    family = test["family"].to_numpy()
+    return {
+        "held_out_fraction": fraction,
+        "seed": seed,
+        "all": scores(np.ones(len(test), dtype=bool)),
+        "families": {str(f): scores(family == f) for f in sorted(set(family))},
+    }
