@@ -198,3 +198,82 @@ def test_extract_into_a_closed_pipe_exits_quietly():
         err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141
     assert err == ""
+
+
+@pytest.fixture(scope="module")
+def op_models(tmp_path_factory) -> Path:
+    """Small op models of two configurations (h100 and a copy on a slower stream)."""
+    import glob
+
+    from opcost.model import opmodel
+    from opcost.model.opmodel_format import save_op_model
+    from opcost.train import TrainConfig, make_regressor
+
+    files = sorted(glob.glob(str(TESTS.parent / "data" / "op-space" / "h100" / "*.parquet")))
+    table = opmodel.read_chunks(files)
+    table = table.groupby("family", group_keys=False).head(30).reset_index(drop=True)
+    cfg = TrainConfig(regressor="extra_trees", n_estimators=4)
+    model = opmodel.fit(table, "h100", lambda: make_regressor(cfg, n_jobs=1))
+    root = tmp_path_factory.mktemp("op-models")
+    save_op_model(model, root / "h100", sources=files)
+    slow = opmodel.OpModel(**{**model.__dict__, "gpu": "slow", "kernel_gap_s": 1e-3})
+    save_op_model(slow, root / "slow", sources=files)
+    return root
+
+
+def test_predict_by_replay(capsys, op_models):
+    code, out, _ = run(capsys, "predict", "--ops", str(RESNET18_OPS), "--op-models", str(op_models))
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == f"op models (replay of the network's calls), in {op_models}:"
+    assert lines[1].startswith("  h100: NVIDIA H100 80GB HBM3, driver 580.159.04")
+    assert "measured 2026-11-24" in lines[1]
+    # Both configurations are predicted for one host: the median of their probes.
+    assert "host times for one host on every GPU: host probe" in out
+    assert "best for inference: fastest h100 (" in out
+    assert "pace, inference: " in out
+    code, out, _ = run(
+        capsys,
+        "predict",
+        "--ops",
+        str(RESNET18_OPS),
+        "--op-models",
+        str(op_models),
+        "--format",
+        "json",
+        "--host-probe-ms",
+        "1.5",
+    )
+    doc = json.loads(out)
+    assert doc["op_models"]["host_probe_s"] == pytest.approx(1.5e-3)
+    rows = pd.DataFrame(doc["predictions"])
+    assert sorted(set(rows["gpu"])) == ["h100", "slow"]
+    assert set(rows["bound"]) <= {"host", "gpu"}
+    # The step is at least as long as the host's work and the GPU's busy time.
+    assert (rows["time_s"] >= rows[["host_time_s", "gpu_busy_s"]].max(axis=1)).all()
+    best = pd.DataFrame(doc["best"])
+    assert set(best.loc[best["criterion"] == "time", "gpu"]) == {"h100"}
+
+
+def test_predict_by_replay_refuses_mixed_options(capsys, op_models):
+    code, _, err = run(
+        capsys, "predict", "--ops", str(RESNET18_OPS), "--op-models", str(op_models),
+        "--predictors", str(op_models),
+    )  # fmt: skip
+    assert code == 2
+    assert "not both" in err
+
+
+def test_host_probe_must_be_a_number_or_local(capsys, op_models):
+    import torch
+
+    base = ["predict", "--ops", str(RESNET18_OPS), "--op-models", str(op_models)]
+    code, _, err = run(capsys, *base, "--host-probe-ms", "fast")
+    assert code == 2
+    assert "--host-probe-ms must be a positive number of ms or 'local', not 'fast'" in err
+    code, _, err = run(capsys, *base, "--host-probe-ms", "0")
+    assert code == 2
+    if not torch.cuda.is_available():
+        code, _, err = run(capsys, *base, "--host-probe-ms", "local")
+        assert code == 2
+        assert "there is none here" in err

@@ -215,17 +215,25 @@ def _render_table(result: Any, predictors: dict[str, Any], source: str) -> str:
                 text = str(r.status)
             lines.append(f"per-operation setting choice, {r.gpu} {r.mode}: {text}")
         flags = result.extrapolation[result.extrapolation["network"] == network]
-        for gpu, f in flags.groupby("gpu", sort=True):
-            lines.append(
-                f"extrapolation, {gpu}: {f['op_id'].nunique()} of {n_ops} distinct operations "
-                f"({int(f['count'].sum())} of {n_calls} calls) lie outside the training data:"
-            )
-            for r in f.head(MAX_LISTED).itertuples(index=False):
-                lines.append(f"  {_short_type(r.type)} {r.op_id}: {r.reason}")
-            if len(f) > MAX_LISTED:
-                lines.append(f"  ... {len(f) - MAX_LISTED} more (--format json lists all)")
+        lines += _extrapolation_lines(flags, n_ops, n_calls, "lie outside the training data")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _extrapolation_lines(flags: pd.DataFrame, n_ops: int, n_calls: int, what: str) -> list[str]:
+    """Per GPU configuration, how many of a network's ops are flagged, and the first
+    :data:`MAX_LISTED` of them."""
+    lines = []
+    for gpu, f in flags.groupby("gpu", sort=True):
+        lines.append(
+            f"extrapolation, {gpu}: {f['op_id'].nunique()} of {n_ops} distinct operations "
+            f"({int(f['count'].sum())} of {n_calls} calls) {what}:"
+        )
+        for r in f.head(MAX_LISTED).itertuples(index=False):
+            lines.append(f"  {_short_type(r.type)} {r.op_id}: {r.reason}")
+        if len(f) > MAX_LISTED:
+            lines.append(f"  ... {len(f) - MAX_LISTED} more (--format json lists all)")
+    return lines
 
 
 class _NoProgress:
@@ -244,6 +252,170 @@ class _NoProgress:
         return None
 
 
+def _op_model_line(model: Any) -> str:
+    """One line: ``h100: NVIDIA H100 80GB HBM3, driver ..., torch ..., host CPU ...,
+    measured 2026-11-24, 9088 samples, host probe 2.73 ms``."""
+    m = model.meta
+    parts = [str(m.get("gpu_name", "GPU not recorded"))]
+    for key, label in (("driver_version", "driver"), ("torch_version", "torch")):
+        if m.get(key):
+            parts.append(f"{label} {m[key]}")
+    if m.get("host_cpu"):
+        parts.append(f"host CPU {m['host_cpu']}")
+    dates = m.get("measured") or []
+    if dates:
+        parts.append(f"measured {dates[0]}" + ("" if dates[0] == dates[-1] else f" to {dates[-1]}"))
+    if m.get("samples"):
+        parts.append(f"{m['samples']} samples")
+    parts.append(f"host probe {_fmt(model.host_probe_s * 1e3, 3)} ms")
+    return f"{model.gpu}: " + ", ".join(parts)
+
+
+def _pace_line(mode: str, group: pd.DataFrame) -> str:
+    """Whether the host or the GPU sets the pace of a network in one mode, and what that
+    means for the choice of GPU."""
+    host = group["bound"].eq("host")
+    ratio = group["host_time_s"] / group["gpu_busy_s"].where(group["gpu_busy_s"] > 0)
+    if host.all():
+        return (
+            f"pace, {mode}: the host sets it on every GPU configuration (host "
+            f"{_fmt(group['host_time_s'].min() * 1e3)}-{_fmt(group['host_time_s'].max() * 1e3)}"
+            f" ms a step, {_fmt(ratio.min(), 2)}-{_fmt(ratio.max(), 2)}x the GPU's busy time): "
+            "the GPU choice barely changes the time; a faster host, a larger batch or CUDA "
+            "graphs would"
+        )
+    if not host.any():
+        return (
+            f"pace, {mode}: the GPU sets it on every GPU configuration (host "
+            f"{_fmt(100 / ratio.max(), 3)}-{_fmt(100 / ratio.min(), 3)} % of the GPU's busy "
+            "time): the GPU choice decides the time"
+        )
+    hosts = ", ".join(group.loc[host, "gpu"])
+    return f"pace, {mode}: the host sets it on {hosts}; the GPU on the others"
+
+
+def _host_probe_ms(text: str) -> float:
+    """``--host-probe-ms``: a positive number of ms, or ``local``: this host's probe
+    (:func:`opcost.tracing.host_probe_s` on its CUDA GPU, as the op space measured it)."""
+    if text.strip().lower() == "local":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise CliError(
+                "--host-probe-ms local measures this host issuing work to a CUDA GPU, and "
+                "there is none here; give the probe of the host to predict for in ms"
+            )
+        from opcost import tracing
+
+        tracing.host_probe_s("cuda")  # the first dispatches warm the CUDA context up
+        return tracing.host_probe_s("cuda") * 1e3
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0:
+        raise CliError(f"--host-probe-ms must be a positive number of ms or 'local', not {text!r}")
+    return value
+
+
+def _render_replay(
+    result: Any, models: dict[str, Any], directory: Path, probe_s: float, given: bool
+) -> str:
+    lines = [f"op models (replay of the network's calls), in {directory}:"]
+    lines += [f"  {_op_model_line(models[gpu])}" for gpu in sorted(models)]
+    whose = (
+        "given"
+        if given
+        else "the median of the op-space hosts'; --host-probe-ms MS or local for yours"
+    )
+    lines.append(
+        f"host times for one host on every GPU: host probe {_fmt(probe_s * 1e3, 3)} ms ({whose})"
+    )
+    lines.append("")
+    table = result.table
+    shapes = table.drop_duplicates("network").set_index("network")[["n_ops", "n_calls"]]
+    for network, group in table.groupby("network", sort=False):
+        n_ops, n_calls = shapes.loc[network]
+        lines.append(f"{network}: {n_ops} distinct operations, {n_calls} calls")
+        show = pd.DataFrame(
+            {
+                "mode": group["mode"],
+                "gpu": group["gpu"],
+                "time_ms": group["time_s"].map(lambda v: _fmt(v * 1e3)),
+                "host_ms": group["host_time_s"].map(lambda v: _fmt(v * 1e3)),
+                "gpu_ms": group["gpu_busy_s"].map(lambda v: _fmt(v * 1e3)),
+                "pace": group["bound"],
+                "power_w": group["power_w"].map(lambda v: _fmt(v)),
+                "energy_j": group["energy_j"].map(lambda v: _fmt(v)),
+                "best": [
+                    " ".join(c for c in ("time", "energy", "edp") if r[f"best_{c}"])
+                    for _, r in group.iterrows()
+                ],
+            }
+        )
+        lines += ["", show.to_string(index=False), ""]
+        best = result.best[result.best["network"] == network]
+        for mode, b in best.groupby("mode", sort=False):
+            parts = []
+            for criterion, label, fmt in (
+                ("time", "fastest", lambda v: f"{_fmt(v * 1e3)} ms"),
+                ("energy", "least energy", lambda v: f"{_fmt(v)} J"),
+            ):
+                row = b[b["criterion"] == criterion]
+                if len(row):
+                    r = row.iloc[0]
+                    lead = _lead(r).replace(f"/{r['runner_up_setting']}", "")
+                    parts.append(f"{label} {r['gpu']} ({fmt(r['value'])}{lead})")
+            lines.append(f"best for {mode}: " + "; ".join(parts))
+            lines.append(_pace_line(str(mode), group[group["mode"] == mode]))
+        flags = result.extrapolation[result.extrapolation["network"] == network]
+        lines += _extrapolation_lines(flags, n_ops, n_calls, "unlike any sampled")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _predict_replay(args: argparse.Namespace) -> int:
+    """``opcost predict --op-models DIR``: the replay of the network's calls."""
+    from opcost.model.opmodel_format import load_op_models
+    from opcost.predict import read_ops_table
+    from opcost.predict_replay import common_probe_s, replay_networks
+
+    models = load_op_models(args.op_models)
+    given = args.host_probe_ms is not None
+    probe_s = args.host_probe_ms / 1e3 if given else common_probe_s(models)
+    ops = read_ops_table(args.ops) if args.ops is not None else _extract(args)
+    modes = [args.mode] if args.mode else None
+    result = replay_networks(models, ops, modes, host_probe_s=probe_s)
+    if args.format == "csv":
+        sys.stdout.write(result.table.to_csv(index=False))
+    elif args.format == "json":
+        doc = {
+            "op_models": {
+                "directory": str(args.op_models),
+                "gpus": [
+                    {"gpu": gpu, "host_probe_s": m.host_probe_s, **m.meta}
+                    for gpu, m in sorted(models.items())
+                ],
+                "host_probe_s": probe_s,
+            },
+            "units": {
+                "time_s": "s",
+                "host_time_s": "s",
+                "gpu_busy_s": "s",
+                "power_w": "W",
+                "energy_j": "J",
+                "edp_js": "J*s",
+            },
+            "predictions": _json_records(result.table),
+            "best": _json_records(result.best),
+            "extrapolation": _json_records(result.extrapolation),
+        }
+        print(json.dumps(doc, indent=1))
+    else:
+        sys.stdout.write(_render_replay(result, models, args.op_models, probe_s, given))
+    return 0
+
+
 def cmd_predict(args: argparse.Namespace) -> int:
     from opcost.model.sources import predictor_source, provenance
     from opcost.predict import load_predictors, predict_networks, read_ops_table
@@ -252,6 +424,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
         raise CliError("give either --model (with --input) or --ops FILE")
     if args.model is not None and args.input is None:
         raise CliError("--model needs --input, e.g. --input 32,3,224,224")
+    if args.host_probe_ms is not None and args.op_models is None:
+        raise CliError("--host-probe-ms needs --op-models (the forests know no host)")
+    if args.host_probe_ms is not None:
+        args.host_probe_ms = _host_probe_ms(args.host_probe_ms)
+    if args.op_models is not None:
+        if args.predictors is not None:
+            raise CliError("give --predictors (forests) or --op-models (replay), not both")
+        return _predict_replay(args)
     # tqdm shows no bar where stderr is not a terminal (disable=None); there, skip its
     # import too (about 30 ms of a 2-core CPU: scripts and pipes predict faster).
     interactive = not hasattr(sys.stderr, "isatty") or sys.stderr.isatty()
@@ -474,7 +654,8 @@ EXAMPLES = {
     "predict": """\
   opcost predict --model resnet50 --input 8,3,224,224
   opcost predict --model resnet50 --input 8,3,224,224 --mode training --format json
-  opcost predict --ops net.parquet --predictors /data/predictors""",
+  opcost predict --ops net.parquet --predictors /data/predictors
+  opcost predict --model resnet50 --input 8,3,224,224 --op-models results/op-models""",
     "train": """\
   opcost train --dataset results/dataset/h100.parquet --ops results/ops/*_*.parquet \\
       --gpu h100 --config config/local.yaml""",
@@ -534,6 +715,20 @@ The measurements and the predictors come from the pipeline: run 'snakemake' (REA
         "--predictors",
         type=Path,
         help=PREDICTORS_HELP,
+    )
+    pred.add_argument(
+        "--op-models",
+        type=Path,
+        help="predict by replaying the network's calls on a host thread and a GPU stream, "
+        "from op models learnt from the op-space study (a directory such as "
+        "results/op-models, built by 'snakemake op_models'), instead of summing the "
+        "forests' per-op predictions",
+    )
+    pred.add_argument(
+        "--host-probe-ms",
+        help="with --op-models: the host-speed probe (ms) of the host to predict for, or "
+        "'local' to measure this host's (needs a CUDA GPU here; default: the median of "
+        "the hosts that measured the op space, shown in the output)",
     )
     pred.add_argument("--format", choices=("table", "csv", "json"), default="table")
     pred.add_argument("--no-functional", action="store_true", help="as for extract")

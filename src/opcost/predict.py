@@ -17,7 +17,7 @@ Importing this module needs neither torch nor scikit-learn.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -178,6 +178,26 @@ def predict_networks(
     table["n_extrapolated"] = [
         int(n_flagged.get((n, g), 0)) for n, g in zip(table["network"], table["gpu"], strict=True)
     ]
+    best = best_choices(
+        table, lambda gpu, mode, c: predictors[gpu].lono_mape_pct.get(mode, {}).get(c)
+    )
+    return NetworkPrediction(
+        table=table.sort_values(["network", "mode", "gpu", "setting"], ignore_index=True),
+        best=best,
+        per_op=pd.DataFrame(per_op).reindex(columns=PER_OP_COLUMNS),
+        extrapolation=extrapolation,
+        op_predictions=op_predictions,
+    )
+
+
+def best_choices(
+    table: pd.DataFrame, lono_pct: Callable[[str, str, str], float | None]
+) -> pd.DataFrame:
+    """The best GPU configuration and setting per network, mode and criterion (time,
+    energy, energy-delay product) of a prediction table, with the runner-up; marks the
+    best rows (``best_time``, ``best_energy``, ``best_edp``) in ``table``.
+    ``lono_pct(gpu, mode, criterion)`` is a predictor's leave-one-network-out error (%), or
+    None where unknown."""
     best_rows = []
     for criterion, column in (("time", "time_s"), ("energy", "energy_j"), ("edp", "edp_js")):
         flag = f"best_{criterion}"
@@ -196,17 +216,10 @@ def predict_networks(
                     "gpu": table.loc[i, "gpu"],
                     "setting": table.loc[i, "setting"],
                     "value": float(values.iloc[0]),
-                    **_runner_up(table, values, predictors, str(mode), criterion),
+                    **_runner_up(table, values, lono_pct, str(mode), criterion),
                 }
             )
-    best = pd.DataFrame(best_rows, columns=BEST_COLUMNS)
-    return NetworkPrediction(
-        table=table.sort_values(["network", "mode", "gpu", "setting"], ignore_index=True),
-        best=best,
-        per_op=pd.DataFrame(per_op).reindex(columns=PER_OP_COLUMNS),
-        extrapolation=extrapolation,
-        op_predictions=op_predictions,
-    )
+    return pd.DataFrame(best_rows, columns=BEST_COLUMNS)
 
 
 BEST_COLUMNS = [
@@ -228,7 +241,7 @@ BEST_COLUMNS = [
 def _runner_up(
     table: pd.DataFrame,
     values: pd.Series,
-    predictors: dict[str, Predictor],
+    lono_pct: Callable[[str, str, str], float | None],
     mode: str,
     criterion: str,
 ) -> dict[str, Any]:
@@ -238,10 +251,7 @@ def _runner_up(
         return {"margin": np.nan, "lono_mape_pct": np.nan, "within_error": None}
     best, second = values.index[0], values.index[1]
     margin = float(values.iloc[1] / values.iloc[0] - 1.0)
-    errors = [
-        predictors[table.loc[i, "gpu"]].lono_mape_pct.get(mode, {}).get(criterion)
-        for i in (best, second)
-    ]
+    errors = [lono_pct(table.loc[i, "gpu"], mode, criterion) for i in (best, second)]
     known = None not in errors
     lono = max(errors) if known else np.nan
     return {

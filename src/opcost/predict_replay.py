@@ -1,0 +1,224 @@
+"""Prediction by replay: a network's step from its ops' predicted host and GPU times.
+
+For every GPU configuration's op models (:mod:`opcost.model.opmodel`, learnt from the
+op-space study) and mode, each distinct op of an op table is predicted: GPU kernel time,
+kernels, host time (for one host, whose host-speed probe is ``host_probe_s``, on every
+configuration) and busy power. The network's calls, in the order
+extraction recorded (``positions``; training: the forward calls, then their backward
+passes in reverse), are replayed on a host thread and a GPU stream (:mod:`opcost.replay`):
+
+* ``time_s``: the replayed step, ended by one synchronisation;
+* ``energy_j``: each call's busy power × its GPU time, plus the waiting power of the op
+  models × the rest of the step; ``power_w`` = energy / time;
+* ``host_time_s`` and ``gpu_busy_s``: the host's work and the GPU stream's busy time per
+  step; ``bound``: ``host`` or ``gpu``, whichever is busy longer, sets the pace. Where the
+  host does, the GPU barely changes the time.
+
+Ops whose type the op space never sampled are predicted by a stand-in (the elementwise
+model) and listed in ``extrapolation``::
+
+    models = load_op_models("results/op-models")
+    result = replay_networks(models, read_ops_table("ops.parquet"))
+    result.table, result.best
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from opcost import replay as rp
+from opcost.model import PredictorError
+from opcost.model import roofline as rl
+from opcost.model.opmodel import NO_KERNEL_FAMILIES, OpModel
+from opcost.names import MODES
+from opcost.predict import PER_OP_COLUMNS, NetworkPrediction, best_choices
+
+#: The setting op models predict (the op space is measured at the GPU's defaults).
+SETTING = "default"
+#: Why an op is listed in ``extrapolation``.
+UNSAMPLED_FAMILY = "op family not in the op space: predicted as elementwise"
+UNSAMPLED_TYPE = "op type not sampled in its family"
+#: Per op prediction columns the replay reads.
+_STEP_COLUMNS = {
+    "host": ("host_time_s", "forward_host_time_s"),
+    "gpu": ("gpu_time_s", "forward_gpu_time_s"),
+    "n": ("n_kernels", "forward_n_kernels"),
+}
+
+
+def call_sequence(net_ops: pd.DataFrame) -> list[str]:
+    """The network's op ids in call order, from its op table's ``positions``.
+
+    Raises:
+        PredictorError: the table has no call order (from an older opcost extract).
+    """
+    if "positions" not in net_ops.columns:
+        raise PredictorError(
+            "the op table records no call order (no 'positions' column); extract the "
+            "network again (opcost extract) to predict by replay"
+        )
+    calls = sorted(
+        (int(p), str(oid))
+        for oid, positions in zip(net_ops["op_id"], net_ops["positions"], strict=True)
+        for p in str(positions).split(",")
+        if p.strip()
+    )
+    return [oid for _, oid in calls]
+
+
+def step_entries(seq: Sequence[str], ops: pd.DataFrame, training: bool) -> pd.DataFrame:
+    """The replayed step's entries (``op_id``, ``host``, ``gpu``, ``n`` kernels, ``phase``)
+    from per-op predictions indexed by op id: inference, each call; training, each
+    call's forward part in order, then each call's backward part in reverse order."""
+    o = ops.reindex(list(seq))
+    whole = {k: o[c[0]].to_numpy(dtype=float) for k, c in _STEP_COLUMNS.items()}
+    ids = o.index.to_numpy()
+    if not training:
+        return pd.DataFrame({"op_id": ids, **whole, "phase": "forward"})
+    fwd = {k: o[c[1]].to_numpy(dtype=float) for k, c in _STEP_COLUMNS.items()}
+    bwd = {k: (whole[k] - fwd[k])[::-1].clip(min=0) for k in whole}
+    return pd.concat(
+        [
+            pd.DataFrame({"op_id": ids, **fwd, "phase": "forward"}),
+            pd.DataFrame({"op_id": ids[::-1], **bwd, "phase": "backward"}),
+        ],
+        ignore_index=True,
+    )
+
+
+def replay_networks(
+    models: dict[str, OpModel],
+    ops: pd.DataFrame,
+    modes: Sequence[str] | None = None,
+    host_probe_s: float | None = None,
+) -> NetworkPrediction:
+    """Predict networks from their op tables by replay on every GPU configuration's op
+    models (module docstring).
+
+    Args:
+        models: GPU configuration -> op models (:func:`load_op_models`).
+        ops: op table(s) as ``opcost extract`` writes them: ``op_id``, ``spec``,
+            ``count``, ``positions``, and ``model_input`` (the network; one if absent).
+        modes: modes to predict (default: both).
+        host_probe_s: the host-speed probe of the host to predict for (None:
+            :func:`common_probe_s`); every configuration is predicted for that one host,
+            so that they differ only by their GPUs.
+
+    Raises:
+        PredictorError: an empty op table, one without call order, or an unknown mode.
+    """
+    if ops.empty:
+        raise PredictorError("the network has no operations to predict")
+    if not models:
+        raise PredictorError("no op models to predict with")
+    modes = list(modes) if modes is not None else list(MODES)
+    unknown = sorted(set(modes) - set(MODES))
+    if unknown:
+        raise PredictorError(f"unknown mode {unknown[0]!r} (one of {', '.join(MODES)})")
+    if host_probe_s is None:
+        host_probe_s = common_probe_s(models)
+    ops = ops.copy()
+    if "model_input" not in ops.columns:
+        ops["model_input"] = "network"
+    # Python strings: Arrow-backed columns are slow to iterate.
+    for column in ("op_id", "spec", "model_input", "positions"):
+        if column in ops:
+            ops[column] = ops[column].astype(str).astype(object)
+    sequences = {str(n): call_sequence(g) for n, g in ops.groupby("model_input", sort=False)}
+    distinct = ops.drop_duplicates("op_id")[["op_id", "spec"]].reset_index(drop=True)
+    distinct["op_type"] = [json.loads(s)["type"] for s in distinct["spec"]]
+    rows, op_rows, flagged = [], [], []
+    for gpu in sorted(models):
+        model = models[gpu]
+        flags = _extrapolation(distinct, model)
+        # Every mode in one call: the models' fixed cost per call dominates small tables.
+        both = pd.concat([distinct.assign(mode=m) for m in modes], ignore_index=True)
+        predicted = model.predict(both, host_probe_s=host_probe_s)
+        predicted.index = both["op_id"]
+        for mode in modes:
+            pred = predicted[(both["mode"] == mode).to_numpy()]
+            for network, seq in sequences.items():
+                steps = step_entries(seq, pred, mode == "training")
+                r = rp.replay(
+                    list(steps["host"]),
+                    list(steps["gpu"]),
+                    list(steps["n"]),
+                    kernel_gap_s=model.kernel_gap_s,
+                    sync_s=model.sync_s,
+                )
+                busy_w = pred["busy_power_w"].reindex(steps["op_id"]).to_numpy()
+                gpu_s = steps["gpu"].to_numpy()
+                busy_j = float(np.nansum(gpu_s * busy_w))
+                energy = busy_j + model.wait_power_w * max(r.time_s - float(gpu_s.sum()), 0.0)
+                if not np.isfinite(energy):
+                    energy = np.nan
+                rows.append(
+                    {
+                        "network": network,
+                        "gpu": gpu,
+                        "setting": SETTING,
+                        "mode": mode,
+                        "time_s": r.time_s,
+                        "power_w": energy / r.time_s if r.time_s > 0 else np.nan,
+                        "energy_j": energy,
+                        "host_time_s": r.host_s,
+                        "gpu_busy_s": r.gpu_busy_s,
+                        "bound": r.bound,
+                    }
+                )
+                per_call = steps.groupby("op_id", sort=False)[["host", "gpu"]].sum()
+                per_call = per_call.rename(columns={"host": "host_pred_s", "gpu": "gpu_pred_s"})
+                op_rows.append(per_call.reset_index().assign(network=network, gpu=gpu, mode=mode))
+        if len(flags):
+            for network, net_ops in ops.groupby("model_input", sort=False):
+                f = net_ops[["op_id", "count"]].merge(flags, on="op_id")
+                flagged.append(f.assign(network=network, gpu=gpu))
+    table = pd.DataFrame(rows)
+    table["edp_js"] = table["energy_j"] * table["time_s"]
+    shape = ops.groupby("model_input", sort=False).agg(
+        n_ops=("op_id", "nunique"), n_calls=("count", "sum")
+    )
+    table = table.join(shape, on="network")
+    extrapolation = (
+        pd.concat(flagged, ignore_index=True)
+        if flagged
+        else pd.DataFrame(columns=["network", "gpu", "op_id", "type", "count", "reason"])
+    )[["network", "gpu", "op_id", "type", "count", "reason"]]
+    n_flagged = extrapolation.groupby(["network", "gpu"])["op_id"].nunique()
+    table["n_extrapolated"] = [
+        int(n_flagged.get((n, g), 0)) for n, g in zip(table["network"], table["gpu"], strict=True)
+    ]
+    best = best_choices(table, lambda gpu, mode, criterion: None)
+    return NetworkPrediction(
+        table=table.sort_values(["network", "mode", "gpu"], ignore_index=True),
+        best=best,
+        per_op=pd.DataFrame(columns=PER_OP_COLUMNS),
+        extrapolation=extrapolation,
+        op_predictions=pd.concat(op_rows, ignore_index=True),
+    )
+
+
+def common_probe_s(models: dict[str, OpModel]) -> float:
+    """The host probe a prediction assumes where none is given: the median of the hosts
+    that measured the op models' samples."""
+    return float(np.median([m.host_probe_s for m in models.values()]))
+
+
+def _extrapolation(distinct: pd.DataFrame, model: OpModel) -> pd.DataFrame:
+    """The distinct ops the op models never sampled the like of: ``op_id``, ``type``,
+    ``reason``."""
+    out = []
+    for oid, op_type in zip(distinct["op_id"], distinct["op_type"], strict=True):
+        family = rl.family_of(op_type)
+        if family in NO_KERNEL_FAMILIES and family not in model.families:
+            continue
+        fam = model.families.get(family)
+        if fam is None:
+            out.append((oid, op_type, UNSAMPLED_FAMILY))
+        elif op_type not in fam.schema.op_types:
+            out.append((oid, op_type, UNSAMPLED_TYPE))
+    return pd.DataFrame(out, columns=["op_id", "type", "reason"])

@@ -1,0 +1,119 @@
+"""Tests for opcost.predict_replay: call order from extraction's positions, the training
+step's forward-then-reversed-backward entries, and a network's time and energy against a
+timeline computed by hand from the op models' per-op predictions."""
+
+from __future__ import annotations
+
+import glob
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from opcost.model import PredictorError, opmodel
+from opcost.predict_replay import call_sequence, replay_networks, step_entries
+from opcost.train import TrainConfig, make_regressor
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def model() -> opmodel.OpModel:
+    files = sorted(glob.glob(str(ROOT / "data" / "op-space" / "h100" / "*.parquet")))
+    t = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+    t = t.groupby("family", group_keys=False).head(40).reset_index(drop=True)
+    make = lambda: make_regressor(TrainConfig(regressor="extra_trees", n_estimators=5), n_jobs=1)  # noqa: E731
+    return opmodel.fit(t, "h100", make)
+
+
+@pytest.fixture(scope="module")
+def network() -> pd.DataFrame:
+    """Two ops of resnet18 (a convolution and a ReLU) called conv, relu, conv."""
+    ops = pd.read_parquet(ROOT / "data" / "hopper" / "ops" / "resnet18_8x3x224x224.parquet")
+    conv = ops[ops["type"].str.endswith("Conv2d")].iloc[0]
+    relu = ops[ops["type"].str.endswith("ReLU")].iloc[0]
+    return pd.DataFrame(
+        {
+            "model_input": "toy",
+            "op_id": [conv["op_id"], relu["op_id"]],
+            "spec": [conv["spec"], relu["spec"]],
+            "count": [2, 1],
+            "positions": ["0,2", "1"],
+        }
+    )
+
+
+def test_call_sequence_follows_positions(network: pd.DataFrame) -> None:
+    conv, relu = network["op_id"]
+    assert call_sequence(network) == [conv, relu, conv]
+    with pytest.raises(PredictorError, match="no call order"):
+        call_sequence(network.drop(columns="positions"))
+
+
+def test_training_step_is_forward_then_reversed_backward() -> None:
+    pred = pd.DataFrame(
+        {
+            "host_time_s": [10.0, 4.0],
+            "forward_host_time_s": [3.0, 1.0],
+            "gpu_time_s": [8.0, 2.0],
+            "forward_gpu_time_s": [2.0, 0.5],
+            "n_kernels": [3.0, 2.0],
+            "forward_n_kernels": [1.0, 1.0],
+        },
+        index=["a", "b"],
+    )
+    steps = step_entries(["a", "b"], pred, training=True)
+    assert list(steps["op_id"]) == ["a", "b", "b", "a"]
+    assert list(steps["phase"]) == ["forward", "forward", "backward", "backward"]
+    assert list(steps["host"]) == [3.0, 1.0, 3.0, 7.0]
+    assert list(steps["gpu"]) == [2.0, 0.5, 1.5, 6.0]
+    inference = step_entries(["a", "b", "a"], pred, training=False)
+    assert list(inference["host"]) == [10.0, 4.0, 10.0]
+
+
+def test_replay_matches_a_hand_timeline(model: opmodel.OpModel, network: pd.DataFrame) -> None:
+    result = replay_networks({"h100": model}, network, modes=["inference"])
+    row = result.table.iloc[0]
+    p = model.predict(network[["spec"]].assign(mode="inference"))
+    h, g, k = p["host_time_s"].to_numpy(), p["gpu_time_s"].to_numpy(), p["n_kernels"].to_numpy()
+    gap = model.kernel_gap_s
+    # Calls conv (0), relu (1), conv (0): the GPU starts a call's kernels when the host has
+    # issued it and the stream is free.
+    host_done, gpu_done = 0.0, 0.0
+    for i in (0, 1, 0):
+        host_done += h[i]
+        gpu_done = max(gpu_done, host_done) + g[i] + k[i] * gap
+    time_s = max(host_done, gpu_done) + model.sync_s
+    assert row["time_s"] == pytest.approx(time_s, rel=1e-12)
+    assert row["host_time_s"] == pytest.approx(2 * h[0] + h[1], rel=1e-12)
+    gpu_s = 2 * g[0] + g[1]
+    busy_w = p["busy_power_w"].to_numpy()
+    energy = 2 * g[0] * busy_w[0] + g[1] * busy_w[1] + model.wait_power_w * (time_s - gpu_s)
+    assert row["energy_j"] == pytest.approx(energy, rel=1e-12)
+    assert row["power_w"] == pytest.approx(energy / time_s, rel=1e-12)
+    assert row["bound"] == ("gpu" if row["gpu_busy_s"] >= row["host_time_s"] else "host")
+    assert row["n_ops"] == 2
+    assert row["n_calls"] == 3
+
+
+def test_a_faster_host_shortens_only_host_time(model, network: pd.DataFrame) -> None:
+    base = replay_networks({"h100": model}, network, modes=["training"]).table.iloc[0]
+    fast = replay_networks(
+        {"h100": model}, network, modes=["training"], host_probe_s=model.host_probe_s / 2
+    ).table.iloc[0]
+    assert fast["host_time_s"] == pytest.approx(base["host_time_s"] / 2, rel=1e-12)
+    assert fast["gpu_busy_s"] == pytest.approx(base["gpu_busy_s"], rel=1e-12)
+    assert fast["time_s"] <= base["time_s"]
+    assert fast["time_s"] >= max(fast["host_time_s"], fast["gpu_busy_s"])
+
+
+def test_best_configuration_is_the_fastest(model, network: pd.DataFrame) -> None:
+    slow = opmodel.OpModel(**{**model.__dict__, "gpu": "slow", "kernel_gap_s": 1e-3})
+    result = replay_networks({"h100": model, "slow": slow}, network, modes=["inference"])
+    best = result.best.set_index("criterion")
+    assert best.loc["time", "gpu"] == "h100"
+    assert best.loc["time", "runner_up_gpu"] == "slow"
+    times = result.table.set_index("gpu")["time_s"]
+    assert best.loc["time", "margin"] == pytest.approx(times["slow"] / times["h100"] - 1)
+    assert np.isnan(best.loc["time", "lono_mape_pct"])
