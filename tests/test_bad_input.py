@@ -576,3 +576,95 @@ def test_setting_int_would_read_but_no_safe_name_is_refused(default_config, sett
     default_config["gpus"] = {"h100": {"device": "cuda", "settings": [setting]}}
     with pytest.raises(ConfigError, match=r"^gpus\.h100\.settings\.0: GPU setting .* is malformed"):
         load_study(default_config)
+
+
+# --- op models: config op_space.data and op_space.model ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        case(
+            "op_space-bad-regressor",
+            ("op_space", "model", "regressor"),
+            "xgboost",
+            r"op_space\.model\.regressor",
+        ),
+        case(
+            "op_space-trees-zero",
+            ("op_space", "model", "n_estimators"),
+            0,
+            r"op_space\.model\.n_estimators",
+        ),
+        case(
+            "op_space-leaf-zero",
+            ("op_space", "model", "min_samples_leaf"),
+            0,
+            r"op_space\.model\.min_samples_leaf",
+        ),
+        case(
+            "op_space-holdout-one",
+            ("op_space", "model", "holdout_fraction"),
+            1,
+            r"op_space\.model\.holdout_fraction",
+        ),
+        case(
+            "op_space-model-unknown-key",
+            ("op_space", "model", "trees"),
+            10,
+            r"op_space\.model.*trees",
+        ),
+        case("op_space-data-not-a-path", ("op_space", "data"), 3, r"op_space\.data"),
+    ],
+)
+def test_bad_op_model_config_names_the_field(default_config, path, value, message):
+    with pytest.raises(ConfigError, match=message):
+        load_study(_broken(default_config, path, value))
+
+
+def _op_space_data(root: Path, *tables: str) -> Path:
+    """An op-space data directory holding empty files at ``tables`` (relative paths)."""
+    root.mkdir()
+    for table in tables:
+        (root / table).parent.mkdir(parents=True, exist_ok=True)
+        (root / table).write_bytes(b"")
+    return root
+
+
+@pytest.mark.parametrize(
+    ("tables", "message"),
+    [
+        pytest.param(
+            None, r"^op_space\.data: no such directory '.*nowhere'$", id="op_space-data-missing"
+        ),
+        pytest.param(
+            (), r"^op_space\.data: .* holds no op-space chunk tables", id="op_space-data-empty"
+        ),
+        # Tables at the top, not under a GPU configuration's directory (data/op-space's
+        # samples.parquet is one), and other files are not chunk tables.
+        pytest.param(
+            ("samples.parquet", "h100/0.csv"),
+            r"^op_space\.data: .* holds no op-space chunk",
+            id="op_space-data-no-chunks",
+        ),
+        pytest.param(
+            ("h100/0.parquet", "a b/0.parquet"),
+            r"^op_space\.data: .*a b.*not a safe name",
+            id="op_space-data-unsafe-gpu",
+        ),
+    ],
+)
+def test_op_space_data_without_chunk_tables_is_refused(default_config, tmp_path, tables, message):
+    data = tmp_path / "nowhere" if tables is None else _op_space_data(tmp_path / "ops", *tables)
+    default_config["op_space"] = {"data": str(data)}
+    with pytest.raises(ConfigError, match=message):
+        load_study(default_config)
+
+
+def test_snakemake_refuses_missing_op_space_data_before_any_job(repo, tmp_path):
+    proc = _snakemake_dry_run(repo, tmp_path / "wd", "op_space:\n  data: nowhere\n")
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "op_space.data: no such directory 'nowhere'" in output
+    assert len(output.splitlines()) <= 10, output[:3000]
+    assert not (tmp_path / "wd" / "results").exists()

@@ -177,3 +177,23 @@ def test_a_model_missing_from_the_source_scan_is_checked_by_torchvision(repo, mo
     monkeypatch.setattr(opcost.config, "torchvision_model_names", frozenset)
     study = load_study_file(repo / "config" / "local.yaml")
     assert study.model_inputs[0].name == "resnet18_4x3x64x64"
+
+
+def test_op_model_settings_have_defaults_and_the_default_study_trains_the_shipped_data(repo):
+    model = load_study({})
+    assert model.config["op_space"]["data"] is None
+    assert model.config["op_space"]["model"] == {
+        "regressor": "extra_trees",
+        "n_estimators": 100,
+        "min_samples_leaf": 2,
+        "holdout_fraction": 0.2,
+        "seed": 0,
+    }
+    from opcost import workflow as wf
+
+    assert wf.op_models_gpus(model) == []  # no samples, no data: no op models
+    # The default study (config/config.yaml, run from the repository) trains the four
+    # configurations of data/op-space.
+    study = load_study_file(repo / "config" / "config.yaml")
+    assert study.config["op_space"]["data"] == "data/op-space"
+    assert wf.op_models_gpus(study) == ["h100", "h100-notf32", "h200", "h200-notf32"]

@@ -4,6 +4,7 @@ with no GPU; and the predictors shipped with opcost are what it builds."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -113,3 +114,18 @@ def test_the_default_jobs_report_holds_its_figures(default_job):
     text = report.read_text(errors="replace")
     for stem in ("validation_small", "replay", "prediction_networks"):
         assert f"{stem}.png" in text
+
+
+@pytest.mark.slow
+def test_the_default_job_trains_the_op_models_of_the_shipped_op_space_data(default_job):
+    from opcost.model.opmodel_format import load_op_models
+
+    models = load_op_models(default_job / "results/op-models")
+    assert sorted(models) == GPUS
+    # data/op-space/README.md: with TF32 off only conv, linear, matmul and attention are
+    # measured; the other families are the twin's, and only its own are scored.
+    for gpu in GPUS:
+        assert len(models[gpu].families) == 13, gpu
+        assert models[gpu].meta["tf32"] is ("notf32" not in gpu)
+    metrics = json.loads((default_job / "results/op-models/h100-notf32/metrics.json").read_text())
+    assert sorted(metrics["families"]) == ["attention", "conv", "linear", "matmul"]

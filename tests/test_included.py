@@ -59,7 +59,9 @@ def test_a_study_profiling_a_local_gpu_beside_the_shipped_data(in_repo):
         (lambda c: c["include"][0].update(config="config/nope.yaml"), "include.0.config: no such"),
         (lambda c: c["include"][1].update(data="data/nope"), "include.1.data: no such directory"),
         (lambda c: c["include"][0].update(gpus=["a100"]), "include.0.gpus: 'a100' is not"),
-        (lambda c: c.update(include=[]), "gpus: the study neither profiles"),
+        # Nothing profiled, included or trained on (the default config's op-space data
+        # alone would make it a study of op models).
+        (lambda c: c.update(include=[], op_space={}), "gpus: the study neither profiles"),
         (
             lambda c: c.update(gpus={"h100": {"device": "cuda"}}, models=[]),
             "models: give at least one",

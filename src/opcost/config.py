@@ -204,6 +204,8 @@ def _describe(error: jsonschema.ValidationError) -> list[str]:
     if kind == "type":
         types = expected if isinstance(expected, list) else [expected]
         return [f"{field}: expected {' or '.join(types)}, got {_quote(value)}"]
+    if kind == "enum" and list(error.schema_path)[-2:] == ["propertyNames", "enum"]:
+        return [f"{_field([*path, value])}: unknown key; allowed here: {', '.join(expected)}"]
     if kind == "enum":
         return [
             f"{field}: {_quote(value)} is not allowed; allowed: {', '.join(map(str, expected))}"
@@ -389,18 +391,52 @@ def load_study(config: dict[str, Any], *, check_models: bool = True) -> Study:
             slurm_constraint=g.get("slurm_constraint"),
         )
     modes = tuple(m for m in MODES if m in config["modes"])
+    if config["op_space"]["rounds"] and not any(config["op_space"]["samples"].values()):
+        raise ConfigError(
+            "op_space.rounds: later rounds continue the sequences of op_space.samples "
+            "(round 1), which samples nothing; give op_space.samples"
+        )
     if gpus and not model_inputs and not any(config["op_space"]["samples"].values()):
         raise ConfigError(
             "models: give at least one model-input set to profile on gpus "
             "(or op_space.samples to sample the op space on them)"
         )
     included = _load_includes(config["include"], gpus)
-    if not gpus and not included:
+    op_space_data = config["op_space"]["data"]
+    if op_space_data is not None:
+        op_space_data_gpus(op_space_data)
+    if not gpus and not included and op_space_data is None:
         raise ConfigError(
-            "gpus: the study neither profiles (gpus) nor includes measurements (include): "
-            "give at least one of them"
+            "gpus: the study neither profiles (gpus) nor includes measurements (include "
+            "or op_space.data): give at least one of them"
         )
     return Study(tuple(model_inputs), modes, gpus, config, included)
+
+
+def op_space_data_gpus(data: str | Path) -> list[str]:
+    """The GPU configurations of an op-space data directory (config ``op_space.data``):
+    its subdirectories that hold chunk tables ``{gpu}/{chunk}.parquet``, sorted.
+
+    Raises:
+        ConfigError: naming ``op_space.data``: no such directory, no chunk table in it,
+            or a subdirectory whose name cannot be a GPU configuration's.
+    """
+    where = "op_space.data"
+    root = Path(data)
+    if not root.is_dir():
+        raise ConfigError(f"{where}: no such directory {str(data)!r}")
+    names = sorted({p.parent.name for p in root.glob("*/*.parquet")})
+    if not names:
+        raise ConfigError(
+            f"{where}: {str(data)!r} holds no op-space chunk tables ({{gpu}}/{{chunk}}.parquet, "
+            "as data/op-space does)"
+        )
+    for name in names:
+        try:
+            check_name(name, f"{where}: {root / name}")
+        except NameError_ as e:
+            raise ConfigError(str(e)) from e
+    return names
 
 
 def _same_gpu(a: GpuConfig, b: GpuConfig) -> bool:

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import inspect
 import json
 import math
 import os
+import re
 import time
 from functools import cache
 from pathlib import Path
@@ -80,7 +82,20 @@ def code_version(script: str | Path) -> str:
     Returns:
         16 hex digits of the SHA-256 of those modules' names and contents.
     """
-    todo = sorted(_opcost_imports(Path(script).read_text()))
+    return _modules_version(Path(script).read_text())
+
+
+def run_code_version(function: Any) -> str:
+    """:func:`code_version` for a rule whose ``run:`` block calls ``function`` of this
+    package: the hash of the function's own source and the modules it imports (at any
+    level), so a change to either reruns the rule (Snakemake sees only the block)."""
+    source = inspect.getsource(function)
+    return _modules_version(source, extra=source.encode())
+
+
+def _modules_version(source: str, extra: bytes = b"") -> str:
+    """The hash of the opcost modules that ``source`` imports, directly or not."""
+    todo = sorted(_opcost_imports(source))
     seen: set[str] = set()
     while todo:
         module = todo.pop()
@@ -88,7 +103,7 @@ def code_version(script: str | Path) -> str:
             continue
         seen.add(module)
         todo += sorted(_opcost_imports(_module_file(module).read_text()) - seen)
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(extra)
     for module in sorted(seen):
         digest.update(module.encode() + b"\0" + _module_file(module).read_bytes() + b"\0")
     return digest.hexdigest()[:16]
@@ -257,17 +272,58 @@ def _write_job_log(
 # -- the op-space study (opcost.opspace) ---------------------------------------------------
 
 
-def op_space_chunks(study: Study) -> list[int]:
-    """Chunk numbers of the op-space study (its measuring jobs per GPU configuration)."""
+def op_space_round_counts(study: Study) -> list[dict[str, int]]:
+    """Configurations per op family of each round of the op-space study: round 1
+    (``op_space.samples``), then each of ``op_space.rounds``."""
     op_space = study.config["op_space"]
-    total = sum(op_space["samples"].values())
-    return list(range(math.ceil(total / op_space["chunk_size"])))
+    return [dict(op_space["samples"]), *(dict(r["samples"]) for r in op_space["rounds"])]
+
+
+def op_space_chunks(study: Study, round_: int = 1) -> list[int]:
+    """Chunk numbers of one round of the op-space study (its measuring jobs per GPU
+    configuration): ``op_space.chunk_size`` configurations each."""
+    total = sum(op_space_round_counts(study)[round_ - 1].values())
+    return list(range(math.ceil(total / study.config["op_space"]["chunk_size"])))
+
+
+def op_space_chunk_names(study: Study) -> list[str]:
+    """The chunk tables of every round, by name: round 1's ``{chunk}``, then round r's
+    ``r{r}-{chunk}`` (``results/op-space/raw/{gpu}/{name}.parquet``)."""
+    names = [str(c) for c in op_space_chunks(study)]
+    for r in range(2, len(op_space_round_counts(study)) + 1):
+        names += [f"r{r}-{c}" for c in op_space_chunks(study, r)]
+    return names
 
 
 def op_space_sampling_params(study: Study) -> dict[str, Any]:
-    """The op-space settings that change the sampled configurations."""
+    """The op-space settings that change round 1's sampled configurations (not the later
+    rounds: adding one leaves round 1 as it is)."""
     op_space = study.config["op_space"]
     return {k: op_space[k] for k in ("samples", "power_samples", "seed")}
+
+
+def op_space_round_params(study: Study, round_: int) -> dict[str, Any]:
+    """The settings that make round ``round_`` (2, 3, ...) of the op space: its counts
+    and power samples, the seed, and where each family's sequence starts (after every
+    configuration asked of it by the rounds before; none of the rounds after)."""
+    counts = op_space_round_counts(study)
+    if not 2 <= round_ <= len(counts):
+        raise OpcostError(
+            f"op space round {round_}: the config has rounds 1-{len(counts)} "
+            "(op_space.samples, then op_space.rounds)"
+        )
+    starts: dict[str, int] = {}
+    for earlier in counts[: round_ - 1]:
+        for family, n in earlier.items():
+            starts[family] = starts.get(family, 0) + n
+    op_space = study.config["op_space"]
+    return {
+        "samples": counts[round_ - 1],
+        "power_samples": op_space["rounds"][round_ - 2]["power_samples"],
+        "seed": op_space["seed"],
+        "starts": starts,
+        "round": round_,
+    }
 
 
 #: Op families whose kernels TF32 changes (cuBLAS and cuDNN matrix products).
@@ -295,12 +351,19 @@ def op_space_families(study: Study, gpu: str) -> list[str] | None:
 
 
 def run_op_space_samples(params: dict[str, Any], output: str) -> None:
-    """Sample the op space (:func:`opcost.opspace.sample`); mark ``power_samples`` of
-    each family, spread evenly over its sequence so that each chunk holding the family
-    spends its share (:class:`opcost.opspace_measure.PowerPlan`)."""
+    """Sample one round of the op space (:func:`opcost.opspace.sample`; ``params`` of
+    :func:`op_space_sampling_params` for round 1, of :func:`op_space_round_params` for a
+    later one); mark ``power_samples`` of each family, spread evenly over its sequence so
+    that each chunk holding the family spends its share
+    (:class:`opcost.opspace_measure.PowerPlan`)."""
     from opcost import opspace
 
-    table = opspace.sample(dict(params["samples"]), seed=params["seed"])
+    table = opspace.sample(
+        dict(params["samples"]),
+        seed=params["seed"],
+        starts=dict(params.get("starts", {})),
+        round_=params.get("round", 1),
+    )
     rank = table.groupby("family").cumcount()
     size = table.groupby("family")["family"].transform("size")
     k = params["power_samples"]
@@ -309,7 +372,8 @@ def run_op_space_samples(params: dict[str, Any], output: str) -> None:
 
 
 def run_op_space_chunk(study: Study, wildcards: Any, input: Any, output: Any, log: Any) -> None:
-    """Entry point of rule ``measure_op_space`` (in the measurement worker)."""
+    """Entry point of rules ``measure_op_space`` and ``measure_op_space_round`` (in the
+    measurement worker): chunk ``wildcards.chunk`` of the round's samples table."""
     from opcost import worker
 
     started = time.time()
@@ -324,3 +388,77 @@ def run_op_space_chunk(study: Study, wildcards: Any, input: Any, output: Any, lo
         out_path=str(output.table),
     )
     _write_job_log(log.job, summary, tuple(summary), started)
+
+
+# -- the op models (opcost.model.opmodel) -------------------------------------------------
+
+
+def _chunk_order(path: Path) -> tuple[float, int, str]:
+    """Chunk tables in round then chunk order (``2.parquet`` before ``10.parquet``, round
+    1's before ``r2-0.parquet``, ``r2-2`` before ``r2-10``); other names last."""
+    match = re.fullmatch(r"(?:r(\d+)-)?(\d+)", path.stem)
+    if match is None:
+        return (math.inf, 0, path.stem)
+    return (int(match[1] or 1), int(match[2]), "")
+
+
+def op_space_data_chunks(data: str | Path, gpu: str) -> list[str]:
+    """The chunk tables of configuration ``gpu`` in an op-space data directory."""
+    return [str(p) for p in sorted(Path(data, gpu).glob("*.parquet"), key=_chunk_order)]
+
+
+@cache
+def _op_space_data_twin(data: str, gpu: str, stamp: tuple[int, ...]) -> str | None:
+    from opcost.config import op_space_data_gpus
+    from opcost.model import opmodel
+
+    columns = ["tf32", "gpu_name", "dtype"]
+    tables = {
+        name: pd.concat(
+            [pd.read_parquet(p, columns=columns) for p in op_space_data_chunks(data, name)],
+            ignore_index=True,
+        )
+        for name in op_space_data_gpus(data)
+    }
+    return opmodel.twin_of(tables, gpu)
+
+
+def op_models_gpus(study: Study) -> list[str]:
+    """The GPU configurations that get op models: with ``op_space.data``, those the
+    directory holds; else the study's own when it samples the op space; else none."""
+    from opcost.config import op_space_data_gpus
+
+    op_space = study.config["op_space"]
+    if op_space["data"] is not None:
+        return op_space_data_gpus(op_space["data"])
+    if any(op_space["samples"].values()):
+        return list(study.gpus)
+    return []
+
+
+def op_model_inputs(study: Study, gpu: str) -> dict[str, list[str]]:
+    """The chunk tables the op models of ``gpu`` are trained on: its own (``chunks``)
+    and, for a TF32-off configuration with a TF32-on twin, the twin's (``twin``). From
+    ``op_space.data`` when it is set (the twin: :func:`opcost.model.opmodel.twin_of`
+    over the directory's configurations), else the study's measurements
+    (``results/op-space/raw``; the twin: :func:`tf32_twin`)."""
+    data = study.config["op_space"]["data"]
+    if data is not None:
+        chunks = op_space_data_chunks(data, gpu)
+        stamp = tuple(Path(p).stat().st_mtime_ns for p in sorted(Path(data).glob("*/*.parquet")))
+        twin = _op_space_data_twin(str(data), gpu, stamp)
+        return {
+            "chunks": chunks,
+            "twin": op_space_data_chunks(data, twin) if twin else [],
+        }
+
+    def measured(name: str) -> list[str]:
+        return [f"results/op-space/raw/{name}/{c}.parquet" for c in op_space_chunk_names(study)]
+
+    twin = tf32_twin(study, gpu)
+    return {"chunks": measured(gpu), "twin": measured(twin) if twin else []}
+
+
+def op_models_params(study: Study) -> dict[str, Any]:
+    """The ``op_space.model`` settings (the op models are retrained when they change)."""
+    return dict(study.config["op_space"]["model"])

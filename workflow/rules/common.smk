@@ -164,11 +164,16 @@ def get_slurm_constraint(wildcards):
 
 
 def get_final_outputs(wildcards):
-    # FIGURE_TARGETS (figures.smk) holds the validation tables' figures and the report's.
+    # FIGURE_TARGETS (figures.smk) holds the validation tables' figures and the report's;
+    # OP_MODEL_MANIFESTS (opspace.smk) the op models'.
     gpus = STUDY.evaluated_gpus
+    if not gpus:
+        # A study of op-space data only (op_space.data, no gpus, no include).
+        return OP_MODEL_MANIFESTS
     traced = any(g.device == "cuda" for g in gpus.values())
     return (
         FIGURE_TARGETS
+        + OP_MODEL_MANIFESTS
         + (["results/validation/replay.parquet"] if traced else [])
         + expand(
             "results/dataset/{gpu}.{name}",

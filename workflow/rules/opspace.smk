@@ -4,19 +4,20 @@
 # no samples (the default) these rules make nothing. The measurements are raw logs:
 # protected, like the profiling jobs'.
 if workflow.remote_exec:
-    workflow.localrules("measure_op_space")
+    workflow.localrules("measure_op_space", "measure_op_space_round")
 
 
-OP_SPACE_CHUNKS = wf.op_space_chunks(STUDY)
+# Every round's chunk tables: round 1's {chunk}, then r{round}-{chunk} of op_space.rounds.
+OP_SPACE_CHUNKS = wf.op_space_chunk_names(STUDY)
 
 
 rule op_space_samples:
     output:
         samples="results/op-space/samples.parquet",
-    params:
-        sampling=wf.op_space_sampling_params(STUDY),
     log:
         "logs/op-space/samples.log",
+    params:
+        sampling=wf.op_space_sampling_params(STUDY),
     run:
         wf.run_op_space_samples(params.sampling, output.samples)
 
@@ -41,6 +42,44 @@ rule measure_op_space:
         wf.run_op_space_chunk(STUDY, wildcards, input, output, log)
 
 
+# Later rounds (op_space.rounds; adaptive sampling, docs/op-space.md): round r continues
+# each family's sequence after the rounds before it. Their rules are not round 1's, and a
+# round's params hold only its own and the earlier rounds' counts, so adding a round
+# leaves the samples and chunks of the rounds before it as they are.
+rule op_space_round_samples:
+    output:
+        samples="results/op-space/samples-r{round}.parquet",
+    log:
+        "logs/op-space/samples-r{round}.log",
+    wildcard_constraints:
+        round=r"[2-9]|[1-9]\d+",
+    params:
+        sampling=lambda wildcards: wf.op_space_round_params(STUDY, int(wildcards.round)),
+    run:
+        wf.run_op_space_samples(params.sampling, output.samples)
+
+
+rule measure_op_space_round:
+    input:
+        samples="results/op-space/samples-r{round}.parquet",
+    output:
+        table=protected("results/op-space/raw/{gpu}/r{round}-{chunk}.parquet"),
+    log:
+        job="logs/op-space/{gpu}/r{round}-{chunk}.log",
+    wildcard_constraints:
+        round=r"[2-9]|[1-9]\d+",
+        chunk=r"\d+",
+    resources:
+        gpu=1,
+        gpu_model=get_slurm_gpu_model,
+        constraint=get_slurm_constraint,
+    params:
+        gpu=lambda wildcards: wf.gpu_params(STUDY, wildcards.gpu),
+        families=lambda wildcards: wf.op_space_families(STUDY, wildcards.gpu),
+    run:
+        wf.run_op_space_chunk(STUDY, wildcards, input, output, log)
+
+
 rule op_space_raw:
     input:
         expand(
@@ -48,3 +87,40 @@ rule op_space_raw:
             gpu=list(STUDY.gpus),
             chunk=OP_SPACE_CHUNKS,
         ),
+
+
+# The op models (opcost.model.opmodel, docs/op-space.md): one per GPU configuration,
+# trained on its op-space chunk tables (those of `op_space.data` when set, else this
+# study's measurements, every round's), a TF32-off configuration's lacking families from its TF32-on
+# twin's tables, and scored on held-out sampled configurations (metrics.json).
+# manifest.json, written last, lists the chunk tables as sources.
+from opcost import op_models_job
+
+OP_MODEL_GPUS = wf.op_models_gpus(STUDY)
+OP_MODEL_MANIFESTS = expand("results/op-models/{gpu}/manifest.json", gpu=OP_MODEL_GPUS)
+
+
+rule train_op_models:
+    input:
+        unpack(lambda wildcards: wf.op_model_inputs(STUDY, wildcards.gpu)),
+    output:
+        model="results/op-models/{gpu}/op_model.json",
+        trees="results/op-models/{gpu}/trees.npz",
+        metrics="results/op-models/{gpu}/metrics.json",
+        manifest="results/op-models/{gpu}/manifest.json",
+    log:
+        "logs/op-models/{gpu}.log",
+    threads: 2
+    params:
+        model=wf.op_models_params(STUDY),
+        # A change to the opcost code it runs retrains the op models.
+        opcost_code=wf.run_code_version(op_models_job.run_train_op_models),
+    run:
+        op_models_job.train_op_models_job(
+            wildcards, input, output, params, log, threads
+        )
+
+
+rule op_models:
+    input:
+        OP_MODEL_MANIFESTS,
