@@ -22,7 +22,8 @@ first call, which extracts the network's operations (importing torch and torchvi
 and caches its op table in an empty cache directory, then ``--repeat`` calls that read
 the cached table (no torch import), and, for comparison, a fresh interpreter that only
 imports torch and torchvision. ``--predictors DIR`` uses trained predictors (else the
-synthetic ones).
+synthetic ones); ``--op-models DIR`` predicts by replay from op models
+(``opcost predict --op-models``).
 
 The load average is printed with the times: on a shared machine, compare runs made under a
 similar load.
@@ -219,6 +220,9 @@ def main() -> None:
     parser.add_argument("--model", help="time 'opcost predict --model' for this network")
     parser.add_argument("--input", default="16,3,224,224", help="its input shape")
     parser.add_argument("--predictors", type=Path, help="trained predictors for --model")
+    parser.add_argument(
+        "--op-models", type=Path, help="with --model: predict by replay from these op models"
+    )
     args = parser.parse_args()
     if args.cores:
         os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[: args.cores]))
@@ -275,9 +279,13 @@ def model_path(args: argparse.Namespace) -> None:
     """Time ``opcost predict --model``: a first call, cached repeats, and importing torch."""
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        root = args.predictors or build_study(args.workdir or work, args)[0]
+        if args.op_models:
+            root, option = args.op_models, "--op-models"
+        else:
+            root = args.predictors or build_study(args.workdir or work, args)[0]
+            option = "--predictors"
         command = [sys.executable, "-m", "opcost.cli", "predict", "--model", args.model]
-        command += ["--input", args.input, "--predictors", str(root), "--format", "csv"]
+        command += ["--input", args.input, option, str(root), "--format", "csv"]
         command += ["--cache-dir", str(work / "cache")]
         load_before = os.getloadavg()[0]
         first = timed(command)
