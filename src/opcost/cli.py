@@ -28,7 +28,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -160,6 +160,54 @@ def _lead(best: pd.Series) -> str:
     return text
 
 
+#: The criteria of a best choice: what it is called and how its value is written.
+BEST_CRITERIA = (
+    ("time", "fastest", lambda v: f"{_fmt(v * 1e3)} ms"),
+    ("energy", "least energy", lambda v: f"{_fmt(v)} J"),
+    ("edp", "least energy-delay product", lambda v: f"{_fmt(v)} J·s"),
+)
+
+
+def _networks(table: pd.DataFrame) -> Iterator[tuple[str, pd.DataFrame, int, int, str]]:
+    """Per network of a prediction table, in its order: its rows, its distinct ops and
+    calls, and the heading line that says so."""
+    shapes = table.drop_duplicates("network").set_index("network")[["n_ops", "n_calls"]]
+    for network, group in table.groupby("network", sort=False):
+        n_ops, n_calls = shapes.loc[network]
+        yield (
+            network,
+            group,
+            n_ops,
+            n_calls,
+            f"{network}: {n_ops} distinct operations, {n_calls} calls",
+        )
+
+
+def _best_marks(group: pd.DataFrame) -> list[str]:
+    """Per row, the criteria it is best by (the ``best_*`` columns)."""
+    return [
+        " ".join(c for c in ("time", "energy", "edp") if r[f"best_{c}"])
+        for _, r in group.iterrows()
+    ]
+
+
+def _best_parts(best: pd.DataFrame, criteria: Sequence[str], with_setting: bool) -> list[str]:
+    """The best choice by each of ``criteria`` in one network's and mode's ``best`` rows,
+    with its lead; without the setting where every configuration runs at ``default``."""
+    parts = []
+    for criterion, label, fmt in BEST_CRITERIA:
+        row = best[best["criterion"] == criterion]
+        if criterion not in criteria or not len(row):
+            continue
+        r = row.iloc[0]
+        if with_setting:
+            name, lead = f"{r['gpu']}/{r['setting']}", _lead(r)
+        else:
+            name, lead = r["gpu"], _lead(r).replace(f"/{r['runner_up_setting']}", "")
+        parts.append(f"{label} {name} ({fmt(r['value'])}{lead})")
+    return parts
+
+
 def _render_table(result: Any, predictors: dict[str, Any], source: str) -> str:
     from opcost.model.sources import provenance_line
 
@@ -167,10 +215,8 @@ def _render_table(result: Any, predictors: dict[str, Any], source: str) -> str:
     lines += [f"  {provenance_line(predictors[gpu])}" for gpu in sorted(predictors)]
     lines.append("")
     table = result.table
-    shapes = table.drop_duplicates("network").set_index("network")[["n_ops", "n_calls"]]
-    for network, group in table.groupby("network", sort=False):
-        n_ops, n_calls = shapes.loc[network]
-        lines.append(f"{network}: {n_ops} distinct operations, {n_calls} calls")
+    for network, group, n_ops, n_calls, heading in _networks(table):
+        lines.append(heading)
         show = pd.DataFrame(
             {
                 "mode": group["mode"],
@@ -180,25 +226,13 @@ def _render_table(result: Any, predictors: dict[str, Any], source: str) -> str:
                 "power_w": group["power_w"].map(lambda v: _fmt(v)),
                 "energy_j": group["energy_j"].map(lambda v: _fmt(v)),
                 "edp_js": group["edp_js"].map(lambda v: _fmt(v)),
-                "best": [
-                    " ".join(c for c in ("time", "energy", "edp") if r[f"best_{c}"])
-                    for _, r in group.iterrows()
-                ],
+                "best": _best_marks(group),
             }
         )
         lines += ["", show.to_string(index=False), ""]
         best = result.best[result.best["network"] == network]
         for mode, b in best.groupby("mode", sort=False):
-            parts = []
-            for criterion, label, fmt in (
-                ("time", "fastest", lambda v: f"{_fmt(v * 1e3)} ms"),
-                ("energy", "least energy", lambda v: f"{_fmt(v)} J"),
-                ("edp", "least energy-delay product", lambda v: f"{_fmt(v)} J·s"),
-            ):
-                row = b[b["criterion"] == criterion]
-                if len(row):
-                    r = row.iloc[0]
-                    parts.append(f"{label} {r['gpu']}/{r['setting']} ({fmt(r['value'])}{_lead(r)})")
+            parts = _best_parts(b, ("time", "energy", "edp"), with_setting=True)
             if not (b["criterion"] == "energy").any():
                 parts.append("energy: no power model (time-only data)")
             lines.append(f"best for {mode}: " + "; ".join(parts))
@@ -333,10 +367,8 @@ def _render_replay(
     )
     lines.append("")
     table = result.table
-    shapes = table.drop_duplicates("network").set_index("network")[["n_ops", "n_calls"]]
-    for network, group in table.groupby("network", sort=False):
-        n_ops, n_calls = shapes.loc[network]
-        lines.append(f"{network}: {n_ops} distinct operations, {n_calls} calls")
+    for network, group, n_ops, n_calls, heading in _networks(table):
+        lines.append(heading)
         show = pd.DataFrame(
             {
                 "mode": group["mode"],
@@ -347,25 +379,13 @@ def _render_replay(
                 "pace": group["bound"],
                 "power_w": group["power_w"].map(lambda v: _fmt(v)),
                 "energy_j": group["energy_j"].map(lambda v: _fmt(v)),
-                "best": [
-                    " ".join(c for c in ("time", "energy", "edp") if r[f"best_{c}"])
-                    for _, r in group.iterrows()
-                ],
+                "best": _best_marks(group),
             }
         )
         lines += ["", show.to_string(index=False), ""]
         best = result.best[result.best["network"] == network]
         for mode, b in best.groupby("mode", sort=False):
-            parts = []
-            for criterion, label, fmt in (
-                ("time", "fastest", lambda v: f"{_fmt(v * 1e3)} ms"),
-                ("energy", "least energy", lambda v: f"{_fmt(v)} J"),
-            ):
-                row = b[b["criterion"] == criterion]
-                if len(row):
-                    r = row.iloc[0]
-                    lead = _lead(r).replace(f"/{r['runner_up_setting']}", "")
-                    parts.append(f"{label} {r['gpu']} ({fmt(r['value'])}{lead})")
+            parts = _best_parts(b, ("time", "energy"), with_setting=False)
             lines.append(f"best for {mode}: " + "; ".join(parts))
             lines.append(_pace_line(str(mode), group[group["mode"] == mode]))
         flags = result.extrapolation[result.extrapolation["network"] == network]
