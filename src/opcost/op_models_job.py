@@ -76,15 +76,10 @@ def run_train_op_models(
         f"held out ({metrics['held_out_fraction']:g} of the op ids): median |error| of "
         "GPU time / host time per call",
     ]
-    for family, s in metrics["families"].items():
+    scores = {**metrics["families"], **({"all": metrics["all"]} if "all" in metrics else {})}
+    for family, s in scores.items():
         lines.append(
             f"  {family:12s} n={s['n']:5d}  gpu {s['gpu_time_median_abs_error_pct']:6.1f} %  "
-            f"host {s['host_time_median_abs_error_pct']:6.1f} %"
-        )
-    if "all" in metrics:
-        s = metrics["all"]
-        lines.append(
-            f"  {'all':12s} n={s['n']:5d}  gpu {s['gpu_time_median_abs_error_pct']:6.1f} %  "
             f"host {s['host_time_median_abs_error_pct']:6.1f} %"
         )
     write_atomic(log, "\n".join(lines) + "\n")
