@@ -300,6 +300,58 @@ def prepare_network(
     )
 
 
+#: Steps run on a side stream before a CUDA graph is captured (PyTorch's advice: let
+#: lazily initialised state, e.g. cuDNN's algorithm choice, settle outside the capture).
+GRAPH_WARMUP_STEPS = 3
+
+
+class GraphCaptureFailed(OpCannotRun):
+    """The workload's step cannot be captured in a CUDA graph (an op that synchronises,
+    allocates outside the graph's pool, or is not capturable)."""
+
+
+def graphed(workload: Workload, device: torch.device) -> Workload:
+    """``workload`` with its step captured once in a CUDA graph: a step is then one
+    ``graph.replay()``, its kernels launched by the driver without the host issuing each
+    op (what ``torch.compile(mode="reduce-overhead")`` builds on). A training step
+    captures its forward and backward pass; parameters' gradients accumulate in place,
+    as in eager steps. Raises :class:`GraphCaptureFailed` with the reason."""
+    if device.type != "cuda":
+        raise GraphCaptureFailed(f"CUDA graphs need a CUDA device, not {device.type}")
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream(device)
+    try:
+        with workload.context(), _no_cyclic_gc():
+            _sync(device)
+            side.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(side):
+                for _ in range(GRAPH_WARMUP_STEPS):
+                    workload.step()
+            torch.cuda.current_stream(device).wait_stream(side)
+            _sync(device)
+            with torch.cuda.graph(graph):
+                workload.step()
+            _sync(device)
+    except (RuntimeError, torch.cuda.CudaError) as e:
+        _sync_quietly(device)
+        raise GraphCaptureFailed(f"cannot capture a CUDA graph: {e}".splitlines()[0]) from e
+    return Workload(
+        graph.replay,
+        workload.block_size,
+        workload.backward,
+        workload.inplace_substituted,
+        workload.context,
+        keep=[graph, workload],
+        calls_per_step=workload.calls_per_step,
+    )
+
+
+def _sync_quietly(device: torch.device) -> None:
+    """Synchronise after a failed capture, whose error may surface here too."""
+    with contextlib.suppress(RuntimeError):
+        _sync(device)
+
+
 def leave_initialisation(net: torch.nn.Module, step: Callable[[], None]) -> None:
     """One step of ``net`` away from its initial values (module docstring, item 5).
 

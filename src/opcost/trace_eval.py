@@ -31,6 +31,15 @@ _COPIED = (
     "sync_s",
     "host_probe_s",
     "host_cpu",
+    # A network with CUDA graphs (opcost.tracing.graph_figures), null for ops.
+    "graph_time_s",
+    "sigma_graph_time_s",
+    "graph_energy_j",
+    "graph_power_w",
+    "graph_gpu_time_s",
+    "graph_n_kernels",
+    "graph_launch_gap_s",
+    "graph_failure_reason",
 )
 #: Dataset column <- trace record key, where the names differ.
 _RENAMED = {

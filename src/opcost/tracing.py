@@ -19,7 +19,12 @@ A trace job (:func:`trace_job`) builds the same workload as the profiling job
    nodes mapped to their forward op; the annotation (a ``TorchFunctionMode``) turns off
    fused fast paths, so the kernel totals come from the first pass;
 4. **the host's speed**: a fixed probe (:func:`host_probe_s`) right after the host
-   bursts, the CPU model, and the cost of a synchronisation on an idle device.
+   bursts, the CPU model, and the cost of a synchronisation on an idle device;
+5. a network on a GPU also **with CUDA graphs** (:func:`graph_figures`): its step captured
+   once and replayed, so that the host no longer issues each op: time and energy per
+   step over a window of ``GRAPH_WINDOW_S`` (the NVML energy counter, about ten
+   updates), and the kernels of ``TRACE_STEPS`` traced replays. A network that cannot be
+   captured has ``graph_status: failed`` and the reason; the rest of its record stands.
 
 A profiler that records no device work on a GPU fails the job (:class:`TraceFailed`).
 Per-call figures divide a step by its calls (a training chain has up to 16).
@@ -35,7 +40,7 @@ import platform
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -57,6 +62,8 @@ HOST_BURST_STEPS = 8
 HOST_BURST_LAUNCHES = 512
 WALL_WINDOW_S = 0.1
 WARMUP_STEPS = 3
+#: Timed window of a CUDA-graph network with an energy counter (without one, WALL_WINDOW_S).
+GRAPH_WINDOW_S = 1.0
 #: Dispatches of the host-speed probe.
 PROBE_DISPATCHES = 200
 PROBE_REPEATS = 5
@@ -341,6 +348,46 @@ def trace_workload(
     return record
 
 
+def graph_figures(
+    workload: harness.Workload,
+    opts: harness.HarnessOptions,
+    read_energy_mj: Callable[[], int | None] | None = None,
+) -> dict[str, Any]:
+    """Per call of ``workload`` replayed from a CUDA graph (:func:`harness.graphed`):
+    time (and its σ), energy and power over a window of ``GRAPH_WINDOW_S`` where
+    ``read_energy_mj`` reads an energy counter (mJ), else of ``WALL_WINDOW_S`` and no
+    energy; GPU kernel time, kernels and the device's gap between them from
+    ``TRACE_STEPS`` traced replays. ``graph_status`` is ``failed`` with
+    ``graph_failure_reason`` where the step cannot be captured."""
+    device = torch.device(opts.device)
+    try:
+        graph = harness.graphed(workload, device)
+    except harness.GraphCaptureFailed as e:
+        return {"graph_status": "failed", "graph_failure_reason": str(e)}
+    calls = graph.calls_per_step
+    read = read_energy_mj or (lambda: None)
+    window_s = GRAPH_WINDOW_S if read() is not None else WALL_WINDOW_S
+    timing = harness.measure(graph, replace(opts, min_run_time_s=window_s, warmup_s=0.05), read)
+    trace = _profile(graph, device, None)
+    steps = kineto.steps(trace)
+    per_call = timing.iterations * calls
+    e0, e1 = timing.energy_counter_start_mj, timing.energy_counter_end_mj
+    energy_j = (e1 - e0) / 1e3 / per_call if e0 is not None and e1 is not None else None
+    time_s = timing.total_time_s / per_call
+    return {
+        "graph_status": "ok",
+        "graph_failure_reason": None,
+        "graph_time_s": time_s,
+        "sigma_graph_time_s": timing.sigma_total_time_s / per_call,
+        "graph_energy_j": energy_j,
+        "graph_power_w": energy_j / time_s if energy_j is not None else None,
+        "graph_window_s": timing.total_time_s,
+        "graph_gpu_time_s": statistics.median(s.gpu_s for s in steps) / calls,
+        "graph_n_kernels": statistics.median(s.n_kernels for s in steps) / calls,
+        "graph_launch_gap_s": kineto.launch_gap_s(trace),
+    }
+
+
 def host_burst_steps(kernels_per_step: float) -> int:
     """Steps per host-time burst: up to ``HOST_BURST_STEPS``, as many as keep the burst's
     launches within ``HOST_BURST_LAUNCHES`` (at least 1)."""
@@ -541,4 +588,10 @@ def _trace(
 
     net = build_model(model_input.model)
     workload = harness.prepare_network(net, model_input.shape, opts)
-    return trace_workload(workload, opts, learn_calls(workload, net))
+    record = trace_workload(workload, opts, learn_calls(workload, net))
+    if opts.device == "cuda":
+        from opcost import nvml
+
+        with nvml.EnergyCounter(nvml.cuda_device_uuid(torch.cuda.current_device())) as counter:
+            record.update(graph_figures(workload, opts, counter.read_mj))
+    return record
