@@ -13,6 +13,7 @@ import pytest
 
 from opcost.model import PredictorError, opmodel
 from opcost.predict_replay import call_sequence, replay_networks, step_entries
+from opcost.replay import GRAPH_KERNEL_GAP_S
 from opcost.train import TrainConfig, make_regressor
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,6 +96,15 @@ def test_replay_matches_a_hand_timeline(model: opmodel.OpModel, network: pd.Data
     assert row["bound"] == ("gpu" if row["gpu_busy_s"] >= row["host_time_s"] else "host")
     assert row["n_ops"] == 2
     assert row["n_calls"] == 3
+    # From a CUDA graph the host issues nothing: the kernels run back to back, a graph's
+    # gap apart, and the GPU waits only in those gaps.
+    graph_s = 2 * (g[0] + k[0] * GRAPH_KERNEL_GAP_S) + g[1] + k[1] * GRAPH_KERNEL_GAP_S
+    assert row["graph_time_s"] == pytest.approx(graph_s, rel=1e-12)
+    graph_j = (
+        energy - model.wait_power_w * (time_s - gpu_s) + model.wait_power_w * (graph_s - gpu_s)
+    )
+    assert row["graph_energy_j"] == pytest.approx(graph_j, rel=1e-12)
+    assert row["graph_time_s"] <= row["time_s"]
 
 
 def test_a_faster_host_shortens_only_host_time(model, network: pd.DataFrame) -> None:

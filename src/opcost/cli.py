@@ -316,7 +316,8 @@ def _pace_line(mode: str, group: pd.DataFrame) -> str:
             f"{_fmt(group['host_time_s'].min() * 1e3)}-{_fmt(group['host_time_s'].max() * 1e3)}"
             f" ms a step, {_fmt(ratio.min(), 2)}-{_fmt(ratio.max(), 2)}x the GPU's busy time): "
             "the GPU choice barely changes the time; a faster host, a larger batch or CUDA "
-            "graphs would"
+            f"graphs would (with graphs {_fmt(group['graph_time_s'].min() * 1e3)}-"
+            f"{_fmt(group['graph_time_s'].max() * 1e3)} ms a step)"
         )
     if not host.any():
         return (
@@ -379,10 +380,13 @@ def _render_replay(
                 "pace": group["bound"],
                 "power_w": group["power_w"].map(lambda v: _fmt(v)),
                 "energy_j": group["energy_j"].map(lambda v: _fmt(v)),
+                "graph_ms": group["graph_time_s"].map(lambda v: _fmt(v * 1e3)),
+                "graph_j": group["graph_energy_j"].map(lambda v: _fmt(v)),
                 "best": _best_marks(group),
             }
         )
         lines += ["", show.to_string(index=False), ""]
+        lines.append("graph_ms, graph_j: run from a CUDA graph, without the host's share")
         best = result.best[result.best["network"] == network]
         for mode, b in best.groupby("mode", sort=False):
             parts = _best_parts(b, ("time", "energy"), with_setting=False)
@@ -425,6 +429,8 @@ def _predict_replay(args: argparse.Namespace) -> int:
                 "power_w": "W",
                 "energy_j": "J",
                 "edp_js": "J*s",
+                "graph_time_s": "s",
+                "graph_energy_j": "J",
             },
             "predictions": _json_records(result.table),
             "best": _json_records(result.best),

@@ -12,7 +12,10 @@ passes in reverse), are replayed on a host thread and a GPU stream (:mod:`opcost
   models × the rest of the step; ``power_w`` = energy / time;
 * ``host_time_s`` and ``gpu_busy_s``: the host's work and the GPU stream's busy time per
   step; ``bound``: ``host`` or ``gpu``, whichever is busy longer, sets the pace. Where the
-  host does, the GPU barely changes the time.
+  host does, the GPU barely changes the time;
+* ``graph_time_s`` and ``graph_energy_j``: the step run from a CUDA graph
+  (:func:`opcost.replay.graph_replay`: no host time, kernels back to back), where the
+  host's share vanishes and the GPU alone sets the time.
 
 Ops whose type the op space never sampled are predicted by a stand-in (the elementwise
 model) and listed in ``extrapolation``::
@@ -154,8 +157,14 @@ def replay_networks(
                 gpu_s = steps["gpu"].to_numpy()
                 busy_j = float(np.nansum(gpu_s * busy_w))
                 energy = busy_j + model.wait_power_w * max(r.time_s - float(gpu_s.sum()), 0.0)
+                graph = rp.graph_replay(list(steps["gpu"]), list(steps["n"]))
+                graph_energy = busy_j + model.wait_power_w * max(
+                    graph.time_s - float(gpu_s.sum()), 0.0
+                )
                 if not np.isfinite(energy):
                     energy = np.nan
+                if not np.isfinite(graph_energy):
+                    graph_energy = np.nan
                 rows.append(
                     {
                         "network": network,
@@ -168,6 +177,8 @@ def replay_networks(
                         "host_time_s": r.host_s,
                         "gpu_busy_s": r.gpu_busy_s,
                         "bound": r.bound,
+                        "graph_time_s": graph.time_s,
+                        "graph_energy_j": graph_energy,
                     }
                 )
                 per_call = steps.groupby("op_id", sort=False)[["host", "gpu"]].sum()

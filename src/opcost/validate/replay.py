@@ -11,6 +11,13 @@ what the profiling job measured (``time_s``, a 1-s window, possibly another host
 * ``replay_own_time_s``: the replay of the network's own traced breakdown, its spans'
   host times scaled to the untraced host time of each pass.
 
+A network traced with CUDA graphs also has its measured graph step (``graph_time_s``,
+``graph_energy_j``) beside two graph replays (:func:`opcost.replay.graph_replay`: no host
+time, kernels back to back): ``replay_isolated_graph_time_s`` from the isolated ops' GPU
+times and kernels, and ``replay_own_graph_time_s`` from the network's own eager kernel
+time and kernels (its traced step, not the breakdown, whose annotation turns fused fast
+paths off); ``replay_isolated_graph_energy_j`` as below, the graph's gaps as waiting.
+
 Energy replays the isolated ops: each op's busy power times its GPU time, plus the power
 the GPU draws while it waits times the rest of the step. An op's busy power follows from
 its 1-s window: ``P_op t_op = P_busy g + P_wait (t_op - g)``. ``P_wait`` is the median
@@ -145,6 +152,9 @@ def replay_validation(
                 & (breakdown["model_input"] == net["model_input"])
             ]
             own = _own(net, spans) if len(spans) else None
+            iso_graph = rp.graph_replay(list(steps["gpu"]), list(steps["n"]))
+            own_graph = rp.graph_replay([net["gpu_time_s"]], [net["n_kernels"]])
+            graph_energy = busy_j + p_wait * max(iso_graph.time_s - float(steps["gpu"].sum()), 0.0)
             rows.append(
                 {
                     "gpu": gpu,
@@ -167,6 +177,11 @@ def replay_validation(
                     "plain_sum_energy_j": float(ops["energy_j"].reindex(seq).sum()),
                     "replay_isolated_energy_j": energy,
                     "waiting_power_w": p_wait,
+                    "graph_time_s": net.get("graph_time_s", math.nan),
+                    "replay_isolated_graph_time_s": iso_graph.time_s,
+                    "replay_own_graph_time_s": own_graph.time_s,
+                    "graph_energy_j": net.get("graph_energy_j", math.nan),
+                    "replay_isolated_graph_energy_j": graph_energy,
                     "host_probe_s": net["host_probe_s"],
                     "host_cpu": net["host_cpu"],
                 }
