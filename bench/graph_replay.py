@@ -50,19 +50,9 @@ def validation(traces: Path) -> pd.DataFrame:
                 ignore_index=True,
             )
             ops = ops[ops["kind"] == "op"].drop_duplicates(["setting", "mode", "op_id"])
-            nets, spans = [], []
-            for path in sorted(gpu_dir.glob("*/*/traces/networks/*.json")):
-                record = trace_eval.read_trace(path)
-                nets.append(
-                    {
-                        **{k: record[k] for k in ("gpu", "setting", "mode", "model_input")},
-                        "kind": "network",
-                        "time_s": float("nan"),
-                        "energy_j": float("nan"),
-                        **trace_eval.trace_columns(path),
-                    }
-                )
-                spans += trace_eval.breakdown_rows(path)
+            paths = sorted(gpu_dir.glob("*/*/traces/networks/*.json"))
+            nets = trace_eval.network_rows(paths)
+            spans = [row for path in paths for row in trace_eval.breakdown_rows(path)]
             dataset = pd.concat([ops, pd.DataFrame(nets)], ignore_index=True)
             out.append(replay_validation(dataset, seqs, pd.DataFrame(spans)))
     return pd.concat(out, ignore_index=True)

@@ -100,17 +100,7 @@ def _validation(traces: list[Path], gpu: str) -> tuple[pd.DataFrame, pd.DataFram
         ignore_index=True,
     )
     ops = ops[ops["kind"] == "op"].drop_duplicates(["setting", "mode", "op_id"])
-    nets = [
-        {
-            "kind": "network",
-            "time_s": float("nan"),
-            "energy_j": float("nan"),
-            **{k: json.loads(p.read_text())[k] for k in ("gpu", "setting", "mode", "model_input")},
-            **trace_eval.trace_columns(p),
-        }
-        for p in traces
-        if p.parts[-6] == gpu
-    ]
+    nets = trace_eval.network_rows([p for p in traces if p.parts[-6] == gpu])
     tables = sorted(p for s in studies for p in (s / "ops").glob("*x*.parquet"))
     table = replay_validation(
         pd.concat([ops, pd.DataFrame(nets)], ignore_index=True),

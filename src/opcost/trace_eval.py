@@ -111,3 +111,18 @@ def breakdown_rows(path: str | Path) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def network_rows(paths: list[str | Path]) -> list[dict[str, Any]]:
+    """Dataset rows for network traces with no profiling pair (a trace job run alone, as
+    ``experiments/graph_networks.py`` does): identity, the trace's columns, and NaN for the
+    1-s window's ``time_s`` and ``energy_j``."""
+    rows = []
+    for path in paths:
+        record = read_trace(path)
+        identity = {k: record[k] for k in ("gpu", "setting", "mode", "model_input")}
+        nan = float("nan")
+        rows.append(
+            {**identity, "kind": "network", "time_s": nan, "energy_j": nan, **trace_columns(path)}
+        )
+    return rows
