@@ -156,11 +156,10 @@ def replay_networks(
                 busy_w = pred["busy_power_w"].reindex(steps["op_id"]).to_numpy()
                 gpu_s = steps["gpu"].to_numpy()
                 busy_j = float(np.nansum(gpu_s * busy_w))
-                energy = busy_j + model.wait_power_w * max(r.time_s - float(gpu_s.sum()), 0.0)
+                gpu_sum = float(gpu_s.sum())
+                energy = rp.step_energy_j(busy_j, model.wait_power_w, r.time_s, gpu_sum)
                 graph = rp.graph_replay(list(steps["gpu"]), list(steps["n"]))
-                graph_energy = busy_j + model.wait_power_w * max(
-                    graph.time_s - float(gpu_s.sum()), 0.0
-                )
+                graph_energy = rp.step_energy_j(busy_j, model.wait_power_w, graph.time_s, gpu_sum)
                 if not np.isfinite(energy):
                     energy = np.nan
                 if not np.isfinite(graph_energy):

@@ -84,3 +84,10 @@ def graph_replay(
     ``kernel_gap_s`` apart, with no host time between them (the graph's launch and the
     loop's synchronisation spread over many steps)."""
     return replay([0.0] * len(gpu_s), gpu_s, n_kernels, kernel_gap_s=kernel_gap_s)
+
+
+def step_energy_j(busy_j: float, wait_power_w: float, time_s: float, gpu_s: float) -> float:
+    """A replayed step's energy: its kernels' busy energy ``busy_j`` (each op's busy power
+    times its GPU time, summed), plus ``wait_power_w`` over the rest of the step
+    (``time_s`` less the kernels' ``gpu_s``; none where the kernels fill it)."""
+    return busy_j + wait_power_w * max(time_s - gpu_s, 0.0)

@@ -144,7 +144,8 @@ def replay_validation(
                 repeats=int(net["trace_number_per_run"]),
             )
             busy_j = float((steps["gpu"] * p_busy.reindex(steps["op_id"]).to_numpy()).sum())
-            energy = busy_j + p_wait * max(iso.time_s - float(steps["gpu"].sum()), 0.0)
+            gpu_sum = float(steps["gpu"].sum())
+            energy = rp.step_energy_j(busy_j, p_wait, iso.time_s, gpu_sum)
             spans = breakdown[
                 (breakdown["gpu"] == gpu)
                 & (breakdown["setting"] == setting)
@@ -154,7 +155,7 @@ def replay_validation(
             own = _own(net, spans) if len(spans) else None
             iso_graph = rp.graph_replay(list(steps["gpu"]), list(steps["n"]))
             own_graph = rp.graph_replay([net["gpu_time_s"]], [net["n_kernels"]])
-            graph_energy = busy_j + p_wait * max(iso_graph.time_s - float(steps["gpu"].sum()), 0.0)
+            graph_energy = rp.step_energy_j(busy_j, p_wait, iso_graph.time_s, gpu_sum)
             rows.append(
                 {
                     "gpu": gpu,
