@@ -84,11 +84,6 @@ def host_cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def host_probe_s(device: str) -> float:
     """The host's speed now: seconds to issue ``PROBE_DISPATCHES`` in-place adds on a
     one-element tensor of ``device`` (median of ``PROBE_REPEATS``, without waiting for
@@ -98,12 +93,12 @@ def host_probe_s(device: str) -> float:
     x = torch.zeros(1, device=dev)
     times = []
     for _ in range(PROBE_REPEATS):
-        _sync(dev)
+        harness._sync(dev)
         t0 = time.perf_counter()
         for _ in range(PROBE_DISPATCHES):
             x.add_(1.0)
         times.append(time.perf_counter() - t0)
-    _sync(dev)
+    harness._sync(dev)
     return statistics.median(times)
 
 
@@ -125,7 +120,7 @@ def backward_node_s(device: str) -> float:
         y = x
         for _ in range(depth):
             y = y.view(-1)
-        _sync(dev)
+        harness._sync(dev)
         t0 = time.perf_counter()
         torch.autograd.backward([y], [grad])
         elapsed = time.perf_counter() - t0
@@ -138,7 +133,7 @@ def backward_node_s(device: str) -> float:
         short = statistics.median(backward_s(lo) for _ in range(5))
         long = statistics.median(backward_s(hi) for _ in range(5))
         slopes.append((long - short) / (hi - lo))
-    _sync(dev)
+    harness._sync(dev)
     return max(statistics.median(slopes), 0.0)
 
 
@@ -146,11 +141,11 @@ def backward_node_s(device: str) -> float:
 def sync_s(device: str) -> float:
     """What a synchronisation with an idle device costs the host (median of 51)."""
     dev = torch.device(device)
-    _sync(dev)
+    harness._sync(dev)
     times = []
     for _ in range(51):
         t0 = time.perf_counter()
-        _sync(dev)
+        harness._sync(dev)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
@@ -165,7 +160,7 @@ def check_profiler_sees_kernels(device: str) -> None:
     ) as prof:
         with torch.autograd.profiler.record_function(kineto.STEP):
             x.add_(1.0)
-        _sync(dev)
+        harness._sync(dev)
     steps = kineto.steps(_exported(prof))
     if not any(s.n_kernels for s in steps):
         raise TraceFailed(
@@ -296,7 +291,7 @@ def trace_workload(
     with workload.context(), harness._no_cyclic_gc():
         for _ in range(WARMUP_STEPS):
             workload.step()
-        _sync(device)
+        harness._sync(device)
     # The timed loop first: it also brings the GPU to its clocks for the traced steps.
     t0 = time.perf_counter()
     wall = harness.measure(workload, replace(opts, min_run_time_s=WALL_WINDOW_S, warmup_s=0.02))
@@ -426,7 +421,7 @@ def _host_times(
     host, host_fwd = [], []
     with workload.context(), harness._no_cyclic_gc():
         for _ in range(repeats):
-            _sync(device)
+            harness._sync(device)
             forward_s = 0.0
             t0 = time.perf_counter()
             for _ in range(burst):
@@ -441,7 +436,7 @@ def _host_times(
             total = time.perf_counter() - t0
             host.append(total / burst)
             host_fwd.append((forward_s if fwd is not None else total) / burst)
-        _sync(device)
+        harness._sync(device)
     return host, host_fwd
 
 
@@ -454,7 +449,7 @@ def _profile(
     rf = torch.autograd.profiler.record_function
     annotate = annotator.active if annotator is not None else contextlib.nullcontext
     with workload.context(), harness._no_cyclic_gc():
-        _sync(device)
+        harness._sync(device)
         with torch.profiler.profile(activities=activities) as prof:
             for _ in range(TRACE_STEPS):
                 with rf(kineto.STEP):
@@ -467,7 +462,7 @@ def _profile(
                     else:
                         with rf(kineto.FORWARD), annotate():
                             workload.step()
-            _sync(device)
+            harness._sync(device)
     return _exported(prof)
 
 
