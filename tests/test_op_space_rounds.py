@@ -172,7 +172,7 @@ def test_every_rounds_chunks_are_measured(tmp_path):
 def test_the_op_space_config_records_each_rounds_allocation(repo):
     """config/op-space.yaml's rounds 2 and 3: opspace.allocate of 1,200 over the held-out
     GPU-time MAPE per family of the rounds before (the mean of h100's and h200's, as its
-    comments give)."""
+    comments give); round 4 (power): 10 of every family with kernels, all windowed."""
     round_1_errors = {
         "activation": 11.85, "attention": 15.2, "cat": 16.8, "conv": 33.45, "copy": 6.4,
         "dropout": 2.45, "elementwise": 18.65, "linear": 24.45, "matmul": 21.6,
@@ -191,6 +191,7 @@ def test_the_op_space_config_records_each_rounds_allocation(repo):
     assert rounds == [
         {"samples": opspace.allocate(round_1_errors, 1200), "power_samples": 2},
         {"samples": opspace.allocate(round_2_errors, 1200), "power_samples": 2},
+        {"samples": dict.fromkeys(sorted(round_2_errors), 10), "power_samples": 10},
     ]
     study = load_study_file(repo / "config/op-space.yaml")
     samples = study.config["op_space"]["samples"]

@@ -6,6 +6,7 @@ import json
 import math
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,7 @@ import pytest
 import torch
 from conftest import as_ordinary_user
 
-from opcost import opspace
+from opcost import harness, opspace
 from opcost import opspace_measure as om
 from opcost import spec as specs
 from opcost import workflow as wf
@@ -436,12 +437,9 @@ def _no_kernel_in_inference(row):
 
 @pytest.mark.parametrize("gpu", ["h100", "h200"])
 def test_the_committed_measurements_are_sane(gpu):
-    # Round 1 and the adaptive rounds 2 and (H100 only) 3 (data/op-space/README.md), each
-    # fully measured.
-    rounds = ["samples.parquet", "samples-r2.parquet"]
-    if any((DATA / gpu).glob("r3-*.parquet")):
-        rounds.append("samples-r3.parquet")
-    assert (gpu == "h100") == (len(rounds) == 3)
+    # Round 1, the adaptive rounds 2 and 3 and the power round 4 (data/op-space/README.md),
+    # each fully measured.
+    rounds = ["samples.parquet", *(f"samples-r{r}.parquet" for r in (2, 3, 4))]
     samples = pd.concat([pd.read_parquet(DATA / r) for r in rounds], ignore_index=True)
     table = _measured(gpu)
     assert (table["status"] == "ok").all()
@@ -459,10 +457,23 @@ def test_the_committed_measurements_are_sane(gpu):
     assert (table["peak_memory_bytes_per_s"] > 0).all()
     power = table[table["power_w"].notna()]
     assert len(power) == 2 * samples["power"].sum()
-    # Where kernels keep the GPU busy over half the window, it draws well above idle.
+    # Where kernels keep the GPU busy over half the window, it draws at least about idle
+    # power, and well above it where the kernels run 20 us or more each.
     busy = power[power["gpu_time_s"] > 0.5 * power["power_time_s"]]
-    assert len(busy) >= 20
-    assert (busy["power_w"] > 1.1 * busy["idle_power_w"]).all()
+    assert (busy["power_w"] > 0.9 * busy["idle_power_w"]).all()
+    long = busy[busy["gpu_time_s"] > 2e-5 * busy["n_kernels"]]
+    assert len(long) >= 20
+    assert (long["power_w"] > 1.2 * long["idle_power_w"]).all()
+    # Round 4 windowed every configuration from a CUDA graph: microsecond kernels too, and
+    # those keep the GPU busy through the window all the same.
+    graphed = table[
+        table["op_id"].isin(set(pd.read_parquet(DATA / "samples-r4.parquet")["op_id"]))
+        & table["power_w"].notna()
+    ]
+    assert graphed["power_graphed"].astype(bool).all()
+    short = graphed[graphed["gpu_time_s"].between(1e-9, 5e-6 * graphed["n_kernels"])]
+    assert len(short) >= 50
+    assert (short["gpu_time_s"] > 0.7 * short["power_time_s"]).mean() >= 0.95
     for key, value in {
         "driver_version": "580.159.04",
         "host_cpu": "Intel(R) Xeon(R) Processor",
@@ -558,29 +569,37 @@ def test_sampled_widths_are_mostly_aligned_as_networks_use_them() -> None:
 # -- where the power windows go ---------------------------------------------------------------
 
 
-def test_the_power_plan_prefers_gpu_bound_configurations_and_always_spends_its_quota():
-    samples = pd.DataFrame({"family": ["conv"] * 5 + ["view"] * 2, "power": [1, 1, 0, 0, 0, 0, 0]})
-    plan = om.PowerPlan(samples)
-    # conv: two windows among five; the second and fourth are GPU-bound, so they get them.
-    taken = [plan.take("conv", bound) for bound in (False, True, False, True, True)]
-    assert taken == [False, True, False, True, False]
-    # view has no quota: never a window, however busy.
-    assert [plan.take("view", True), plan.take("view", True)] == [False, False]
-    plan = om.PowerPlan(samples)
-    # No GPU-bound conv at all: the windows go to the last two, so the quota is spent.
-    assert [plan.take("conv", False) for _ in range(5)] == [False, False, False, True, True]
-
-
 @pytest.mark.parametrize(
-    ("row", "bound"),
-    [
-        ({"status": "ok", "gpu_time_s": 2e-3, "host_time_s": 1e-3}, True),
-        ({"status": "ok", "gpu_time_s": 1e-5, "host_time_s": 1e-3}, False),
-        ({"status": "failed", "gpu_time_s": None, "host_time_s": None}, False),
-    ],
+    ("step_gpu_s", "repeats"),
+    [(2e-6, 256), (10e-6, 100), (0.3e-3, 4), (1e-3, 1), (5e-3, 1), (0.0, 1)],
 )
-def test_a_configuration_is_gpu_bound_when_its_kernels_outlast_its_host_time(row, bound):
-    assert om.gpu_bound(row) is bound
+def test_a_power_window_graph_holds_a_millisecond_of_kernels(step_gpu_s, repeats):
+    # 1 ms / 10 us = 100 steps; 1 ms / 0.3 ms = 3.33, so 4; 2 us would need 500: capped.
+    assert om.GRAPH_REPLAY_GPU_S == 1e-3
+    assert om.GRAPH_MAX_REPEATS == 256
+    assert om.graph_repeats(step_gpu_s) == repeats
+
+
+class _Clock:
+    """An energy counter of a device drawing 100 W: mJ = 1e5 x seconds (perf_counter)."""
+
+    def read_mj(self):
+        return int(time.perf_counter() * 1e5)
+
+
+def test_a_power_window_runs_eagerly_where_the_step_cannot_be_captured(monkeypatch):
+    monkeypatch.setattr(om, "POWER_WINDOW_S", 0.05)
+    params = {"type": "function", "batch": 1, "heads": 1, "rows": 4, "cols": 16}
+    opts = harness.HarnessOptions(device="cpu")
+    workload = harness.prepare_op(opspace.build("softmax", params), opts)
+    row = om._power_window(workload, torch.device("cpu"), _Clock(), step_gpu_s=1e-5)
+    assert row["power_graphed"] is False  # no CUDA graph on a CPU
+    assert row["power_window_s"] >= 0.05
+    assert row["power_w"] == pytest.approx(100, rel=0.01)
+    # Time per call: the window over the calls it ran, which are whole bursts of 8 steps.
+    calls = row["power_window_s"] / row["power_time_s"]
+    assert calls == pytest.approx(round(calls))
+    assert round(calls) % 8 == 0
 
 
 @pytest.mark.parametrize(("n", "k"), [(640, 6), (64, 6), (5, 6), (7, 0)])

@@ -310,12 +310,13 @@ class GraphCaptureFailed(OpCannotRun):
     allocates outside the graph's pool, or is not capturable)."""
 
 
-def graphed(workload: Workload, device: torch.device) -> Workload:
-    """``workload`` with its step captured once in a CUDA graph: a step is then one
-    ``graph.replay()``, its kernels launched by the driver without the host issuing each
-    op (what ``torch.compile(mode="reduce-overhead")`` builds on). A training step
-    captures its forward and backward pass; parameters' gradients accumulate in place,
-    as in eager steps. Raises :class:`GraphCaptureFailed` with the reason."""
+def graphed(workload: Workload, device: torch.device, repeats: int = 1) -> Workload:
+    """``workload`` with ``repeats`` of its steps captured once in a CUDA graph: a step is
+    then one ``graph.replay()`` of ``repeats`` times the calls, its kernels launched by the
+    driver without the host issuing each op (what ``torch.compile(mode="reduce-overhead")``
+    builds on). A training step captures its forward and backward pass; parameters'
+    gradients accumulate in place, as in eager steps. Raises :class:`GraphCaptureFailed`
+    with the reason."""
     if device.type != "cuda":
         raise GraphCaptureFailed(f"CUDA graphs need a CUDA device, not {device.type}")
     graph = torch.cuda.CUDAGraph()
@@ -330,7 +331,8 @@ def graphed(workload: Workload, device: torch.device) -> Workload:
             torch.cuda.current_stream(device).wait_stream(side)
             _sync(device)
             with torch.cuda.graph(graph):
-                workload.step()
+                for _ in range(repeats):
+                    workload.step()
             _sync(device)
     except (RuntimeError, torch.cuda.CudaError) as e:
         _sync_quietly(device)
@@ -342,7 +344,7 @@ def graphed(workload: Workload, device: torch.device) -> Workload:
         workload.inplace_substituted,
         workload.context,
         keep=[graph, workload],
-        calls_per_step=workload.calls_per_step,
+        calls_per_step=workload.calls_per_step * repeats,
     )
 
 

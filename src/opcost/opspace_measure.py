@@ -8,14 +8,15 @@ An op-space job (:func:`measure_chunk`) measures one chunk of the sampled config
   sum of a step's kernel durations on the device, which needs no 1-s window;
 * **host time**: the untraced time to issue one step (:func:`opcost.tracing._host_times`,
   ``HOST_REPEATS`` bursts);
-* **power**, for as many configurations of each family as the chunk marks ``power``
-  (:class:`PowerPlan`): the NVML energy counter over a timed loop of at least
+* **power**, for the configurations the samples mark ``power`` (spread evenly over each
+  family's sequence): the NVML energy counter over a timed loop of at least
   ``POWER_WINDOW_S`` (the counter and the power reading update about every 100 ms: a
-  1-s window holds about ten updates), with the loop's time per step, so that an op's
-  busy power follows as in :mod:`opcost.validate.replay`. The windows go to the
-  family's GPU-bound configurations first (kernel time at least the host time: the GPU
-  is busy through the window), which carry its busy power; a family whose chunk has
-  too few of those gets its windows on the last configurations;
+  1-s window holds about ten updates), with the loop's time per call, so that an op's
+  busy power follows as in :mod:`opcost.validate.replay`. The loop replays a CUDA graph
+  of the op's steps (:func:`graph_repeats`), so that the GPU is busy through the window
+  whatever the host time: an op of microsecond kernels, host-bound when issued eagerly,
+  shows its busy power too. A step that cannot be captured runs eagerly
+  (``power_graphed`` false);
 * per chunk: the host-speed probe (:func:`opcost.tracing.host_probe_s`), the host
   time of a trivial backward node (:func:`opcost.tracing.backward_node_s`), a
   synchronisation's cost, the idle power before the chunk, and the device's peak
@@ -29,7 +30,6 @@ not at all. Rows carry the provenance (GPU, driver, torch, host, host CPU, time)
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import statistics
@@ -47,6 +47,9 @@ from opcost.peaks import measure_peaks
 WARMUP_STEPS = 3
 HOST_REPEATS = 5
 POWER_WINDOW_S = 1.0
+#: GPU time of one CUDA-graph replay in a power window, and the most steps one holds.
+GRAPH_REPLAY_GPU_S = 1e-3
+GRAPH_MAX_REPEATS = 256
 IDLE_WINDOW_S = 1.0
 MODES = ("inference", "training")
 #: Columns of a chunk's table, in order: every chunk has all of them (a configuration
@@ -56,7 +59,8 @@ COLUMNS = (
     *("calls_per_step", "gpu_time_s", "sigma_gpu_time_s", "forward_gpu_time_s"),
     *("n_kernels", "forward_n_kernels", "host_time_s", "sigma_host_time_s"),
     *("forward_host_time_s", "block_size", "inplace_substituted"),
-    *("power_w", "power_window_s", "power_time_s", "measure_s", "finished_unix_s"),
+    *("power_w", "power_window_s", "power_time_s", "power_graphed", "measure_s"),
+    *("finished_unix_s",),
     *("gpu", "device", "dtype", "tf32", "gpu_name", "gpu_uuid", "torch_version"),
     *("cuda_version", "host", "started_unix_s", "driver_version", "host_cpu", "sync_s"),
     *("host_probe_s", "backward_node_s", "idle_power_w"),
@@ -65,18 +69,26 @@ COLUMNS = (
 
 
 def _power_window(
-    workload: harness.Workload, device: torch.device, counter: Any
-) -> dict[str, float]:
-    """Mean power (W) and time per call (s) over a loop of at least ``POWER_WINDOW_S``."""
-    calls = workload.calls_per_step
-    with workload.context(), harness._no_cyclic_gc():
+    workload: harness.Workload, device: torch.device, counter: Any, step_gpu_s: float
+) -> dict[str, Any]:
+    """Mean power (W) and time per call (s) over a loop of at least ``POWER_WINDOW_S``,
+    run from a CUDA graph of as many steps as keep the GPU busy (:func:`graph_repeats`)
+    where the step can be captured, else eagerly (``power_graphed`` says which)."""
+    try:
+        run = harness.graphed(workload, device, graph_repeats(step_gpu_s))
+        graphed = True
+    except harness.GraphCaptureFailed:
+        run, graphed = workload, False
+    calls = run.calls_per_step
+    with run.context(), harness._no_cyclic_gc():
+        run.step()
         harness._sync(device)
         t0 = time.perf_counter()
         e0 = counter.read_mj()
         steps = 0
         while time.perf_counter() - t0 < POWER_WINDOW_S:
             for _ in range(8):
-                workload.step()
+                run.step()
             steps += 8
             harness._sync(device)
         e1 = counter.read_mj()
@@ -85,7 +97,18 @@ def _power_window(
         "power_w": (e1 - e0) / 1e3 / (t1 - t0),
         "power_window_s": t1 - t0,
         "power_time_s": (t1 - t0) / (steps * calls),
+        "power_graphed": graphed,
     }
+
+
+def graph_repeats(step_gpu_s: float) -> int:
+    """Steps per CUDA graph of a power window: enough for a replay to keep the GPU busy
+    for ``GRAPH_REPLAY_GPU_S`` (the host issues a replay in a few microseconds, so the
+    kernels of microsecond-short ops then run back to back), at most
+    ``GRAPH_MAX_REPEATS``."""
+    if not step_gpu_s > 0:
+        return 1
+    return max(1, min(GRAPH_MAX_REPEATS, math.ceil(GRAPH_REPLAY_GPU_S / step_gpu_s)))
 
 
 def idle_power_w(device: torch.device, counter: Any) -> float:
@@ -97,55 +120,13 @@ def idle_power_w(device: torch.device, counter: Any) -> float:
     return (e1 - e0) / 1e3 / (t1 - t0)
 
 
-class PowerPlan:
-    """Which configurations of a chunk get a power window, per family and mode.
-
-    A family has ``quota`` windows among its ``left`` configurations of the chunk; a
-    configuration gets one when it is GPU-bound and windows are left, or when no more
-    configurations than windows are left (so the quota is always spent)."""
-
-    def __init__(self, samples: pd.DataFrame) -> None:
-        self.quota = samples.groupby("family")["power"].sum().astype(int).to_dict()
-        self.left = samples.groupby("family").size().to_dict()
-        self._asked = False
-
-    def take(self, family: str, gpu_bound: bool) -> bool:
-        """Whether this configuration (the next of ``family``) gets a window."""
-        quota, left = self.quota.get(family, 0), self.left.get(family, 0)
-        self.left[family] = left - 1
-        if quota > 0 and (gpu_bound or left <= quota):
-            self.quota[family] = quota - 1
-            return True
-        return False
-
-    def wants(self, family: str, row: dict[str, Any]) -> bool:
-        """:meth:`take` for a configuration measured as ``row``."""
-        self._asked = True
-        return self.take(family, gpu_bound(row))
-
-    def settle(self, family: str) -> None:
-        """After a configuration: one that failed before :meth:`wants` is counted too."""
-        if not self._asked:
-            self.take(family, gpu_bound=False)
-        self._asked = False
-
-
-def gpu_bound(row: dict[str, Any]) -> bool:
-    """Whether a measured configuration keeps the GPU busy: its kernel time per call is
-    at least its host time per call."""
-    gpu, host = row.get("gpu_time_s"), row.get("host_time_s")
-    return row.get("status") == "ok" and gpu is not None and host is not None and gpu >= host
-
-
 def measure_one(
     spec: dict[str, Any],
     opts: harness.HarnessOptions,
     counter: Any = None,
-    wants_power: Any = None,
 ) -> dict[str, Any]:
-    """One configuration in one mode: GPU time, kernels, host time (and power with a
-    ``counter``, if ``wants_power(row)`` says so given the time figures, or always
-    without it); per call, as the module docstring says."""
+    """One configuration in one mode: GPU time, kernels, host time, and power with a
+    ``counter``; per call, as the module docstring says."""
     device = torch.device(opts.device)
     t0 = time.perf_counter()
     row: dict[str, Any] = {}
@@ -153,7 +134,7 @@ def measure_one(
         # An op that cannot run here (its type does not import, its inputs do not fit it,
         # out of memory) is a failed row, as in a profiling job; the chunk goes on.
         with profile.failure_recorded(row):
-            row.update(_measure(spec, opts, device, counter, wants_power))
+            row.update(_measure(spec, opts, device, counter))
     finally:
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -166,7 +147,6 @@ def _measure(
     opts: harness.HarnessOptions,
     device: torch.device,
     counter: Any,
-    wants_power: Any,
 ) -> dict[str, Any]:
     workload = harness.prepare_op(spec, opts)
     try:
@@ -189,8 +169,8 @@ def _measure(
             "block_size": workload.block_size,
             "inplace_substituted": workload.inplace_substituted,
         }
-        if counter is not None and (wants_power is None or wants_power(row)):
-            row.update(_power_window(workload, device, counter))
+        if counter is not None:
+            row.update(_power_window(workload, device, counter, row["gpu_time_s"] * calls))
     finally:
         del workload
     return row
@@ -206,8 +186,7 @@ def measure_chunk(
 ) -> pd.DataFrame:
     """Measure ``samples`` (columns ``op_id``, ``family``, ``spec``, ``power``) on GPU
     configuration ``gpu`` in ``modes``; write the table to ``out_path`` and return it.
-    Each family gets as many power windows per mode as it has ``power`` samples here
-    (:class:`PowerPlan`)."""
+    A configuration marked ``power`` gets a power window in each mode."""
     from opcost import nvml
 
     if samples.empty:  # nothing of this chunk to measure here: no device work
@@ -235,13 +214,9 @@ def measure_chunk(
         for mode in modes:
             opts = profile.options_for(gpu, mode, profile_config)
             harness.configure_numerics(opts)
-            plan = PowerPlan(samples)
             for sample in samples.itertuples(index=False):
                 spec = json.loads(sample.spec)
-
-                wants_power = functools.partial(plan.wants, sample.family)
-                row = measure_one(spec, opts, counter, wants_power)
-                plan.settle(sample.family)
+                row = measure_one(spec, opts, counter if sample.power else None)
                 row.update(
                     op_id=sample.op_id,
                     family=sample.family,

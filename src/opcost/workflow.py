@@ -353,9 +353,8 @@ def op_space_families(study: Study, gpu: str) -> list[str] | None:
 def run_op_space_samples(params: dict[str, Any], output: str) -> None:
     """Sample one round of the op space (:func:`opcost.opspace.sample`; ``params`` of
     :func:`op_space_sampling_params` for round 1, of :func:`op_space_round_params` for a
-    later one); mark ``power_samples`` of each family, spread evenly over its sequence so
-    that each chunk holding the family spends its share
-    (:class:`opcost.opspace_measure.PowerPlan`)."""
+    later one); mark ``power_samples`` of each family, spread evenly over its sequence,
+    for a power window (:mod:`opcost.opspace_measure`)."""
     from opcost import opspace
 
     table = opspace.sample(
