@@ -158,3 +158,40 @@ def test_network_calls_do_not_pay_their_leaves(h100: pd.DataFrame, model) -> Non
         inference["host_time_s"],
         m.predict(ops.assign(mode="inference"), isolated=True)["host_time_s"],
     )
+
+
+def test_graph_power_windows_teach_the_busy_power_of_microsecond_kernels() -> None:
+    # Round 4 windowed every configuration from a CUDA graph (data/op-space/README.md).
+    # Half of its configurations held out: their measured busy power where kernels run
+    # under 5 us each, against the model fitted on the rest, and on the rest less round 4
+    # (windows of GPU-bound configurations only, whose kernels are long).
+    table = _load("h100")
+    round_4 = sorted(pd.read_parquet(DATA / "samples-r4.parquet")["op_id"])
+    held = set(round_4[::2])
+    with_graphs = opmodel.fit(table[~table["op_id"].isin(held)], "h100", _make)
+    without = opmodel.fit(table[~table["op_id"].isin(round_4)], "h100", _make)
+    h = table[table["op_id"].isin(held) & table["power_w"].notna() & table["gpu_time_s"].gt(0)]
+    h = h[h["gpu_time_s"] < 5e-6 * h["n_kernels"]]
+    assert len(h) >= 40
+    t, g = h["power_time_s"], h["gpu_time_s"].clip(upper=h["power_time_s"])
+
+    def ratio(m: opmodel.OpModel) -> float:
+        busy = (h["power_w"] * t - m.wait_power_w * (t - g)) / g
+        pred = m.predict(h[["spec", "mode", "op_type"]])["busy_power_w"].to_numpy()
+        return float(np.median(pred / busy.to_numpy()))
+
+    assert abs(ratio(with_graphs) - 1) < 0.15
+    assert ratio(without) > 1.5  # long kernels' power, taken for short ones
+
+
+def test_busy_power_is_learnt_only_from_windows_the_kernels_keep_busy() -> None:
+    # A window busy 10-50 % of its time: changing its power changes no busy prediction.
+    h100 = _load("h100")
+    share = h100["gpu_time_s"] / h100["power_time_s"]
+    mid = h100["power_w"].notna() & share.between(opmodel.WAIT_SHARE, opmodel.BUSY_SHARE * 0.999)
+    assert mid.any()
+    noisy = h100.assign(power_w=h100["power_w"].where(~mid, 5000.0))
+    ops = h100[["spec", "mode", "op_type"]].head(40)
+    a = opmodel.fit(h100, "h100", _make).predict(ops)["busy_power_w"]
+    b = opmodel.fit(noisy, "h100", _make).predict(ops)["busy_power_w"]
+    np.testing.assert_allclose(a.to_numpy(), b.to_numpy())

@@ -56,6 +56,10 @@ MAIN_TARGETS = ("efficiency", "host")
 AUXILIARY_TREES_DIVISOR = 4
 #: The feature column of a family model that holds the log of the roofline time.
 LOG_ROOFLINE = "log_roofline_time_s"
+#: The least share of a power window its kernels keep the GPU busy for the window to teach
+#: busy power: below it, the busy power derived from the window's mean power amplifies
+#: that power's noise more than twice.
+BUSY_SHARE = 0.5
 #: Features of the power model besides the family's one-hot.
 _POWER_FEATURES = ("training", "log_intensity", "efficiency", "log_kernel_s")
 
@@ -414,8 +418,10 @@ def _measured_dates(table: pd.DataFrame) -> list[str]:
 
 
 def _fit_power(model: OpModel, rows: pd.DataFrame, make: Any) -> Any:
-    p = rows[rows["power_w"].notna() & rows["gpu_time_s"].gt(0)] if "power_w" in rows else None
-    if p is None or len(p) < 5:
+    if "power_w" not in rows:
+        return None
+    p = rows[rows["power_w"].notna() & rows["gpu_time_s"].ge(BUSY_SHARE * rows["power_time_s"])]
+    if len(p) < 5:
         return None
     t, g = p["power_time_s"], p["gpu_time_s"].clip(upper=p["power_time_s"])
     busy = (p["power_w"] * t - model.wait_power_w * (t - g)) / g
