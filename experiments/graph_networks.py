@@ -1,9 +1,11 @@
 """Trace the Hopper studies' networks with CUDA graphs, as the pipeline's trace jobs do.
 
     python experiments/graph_networks.py --gpu h100 --out DIR [--budget-s 480]
+                                         [--models NAME ...] [--batches 8 64]
 
 Runs :func:`opcost.tracing.trace_job` (the job of rule ``trace_network``) for every
-model-input set of ``config/hopper.yaml`` and ``config/hopper-large.yaml``, inference
+model-input set of ``config/hopper.yaml`` and ``config/hopper-large.yaml`` (or, with
+``--models``, for these torchvision networks at ``--batches`` x 3 x 224 x 224), inference
 and training, on GPU configuration ``--gpu`` of those configs (the GPU of this host),
 into ``DIR/{gpu}/default/{mode}/traces/networks/{model_input}.json``: the eager figures
 (host, GPU kernel and wall time, the breakdown) and the CUDA-graph ones (``graph_*``),
@@ -29,7 +31,9 @@ REPO = Path(__file__).resolve().parents[1]
 STUDIES = ("config/hopper.yaml", "config/hopper-large.yaml")
 
 
-def model_inputs() -> list[ModelInput]:
+def model_inputs(models: list[str] | None = None, batches: list[int] = ()) -> list[ModelInput]:
+    if models:
+        return [ModelInput(m, (b, 3, 224, 224)) for m in models for b in batches]
     out = []
     for study in STUDIES:
         for entry in yaml.safe_load((REPO / study).read_text())["models"]:
@@ -49,10 +53,12 @@ def main() -> None:
     parser.add_argument("--gpu", default="h100")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--budget-s", type=float, default=480.0)
+    parser.add_argument("--models", nargs="*", help="torchvision networks instead of the studies'")
+    parser.add_argument("--batches", nargs="*", type=int, default=[8, 64])
     args = parser.parse_args()
     gpu = gpu_config(args.gpu)
     start = time.time()
-    for mi in model_inputs():
+    for mi in model_inputs(args.models, args.batches):
         for mode in ("inference", "training"):
             if time.time() - start > args.budget_s:
                 print(f"budget spent: {mi.name} {mode} and later not traced", flush=True)

@@ -1,0 +1,136 @@
+"""Networks in no study, predicted by the op models alone, against real H100 and H200 runs.
+
+    python bench/unseen_networks.py [--traces tests/data/unseen_networks/traces.tar.gz]
+                                    [--op-models results/op-models] [--csv out.csv]
+
+The traces (``experiments/graph_networks.py --models ...``: ten torchvision networks that
+no study of this project profiles, at batch 1, 8 and 64, both modes, each GPU in one run
+on one host) hold each network's eager step (``wall_time_s``, with the host's probe) and
+its step replayed from a CUDA graph (``graph_time_s``, ``graph_energy_j``). Each network
+is extracted here and predicted as ``opcost predict --op-models`` does
+(:func:`opcost.predict_replay.replay_networks`): from a graph (``graph_time_s``,
+``graph_energy_j``), and eagerly for the traced host's probe (``time_s``). The op models
+never saw an op of a network. Prints, per GPU configuration and mode, the MAPE and the
+median signed miss of each, per batch, and the choice between the H100 and the H200 from
+a graph against the measured one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tarfile
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from opcost.extract import extract_model_input
+from opcost.model.opmodel_format import load_op_models
+from opcost.names import ModelInput
+from opcost.predict_replay import replay_networks
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def measured(traces: Path) -> pd.DataFrame:
+    """One row per traced network, GPU configuration and mode whose step was captured."""
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        with tarfile.open(traces) as tar:
+            tar.extractall(tmp, filter="data")
+        for path in sorted(Path(tmp).glob("*/*/*/traces/networks/*.json")):
+            r = json.loads(path.read_text())
+            if r.get("status") != "ok" or r.get("graph_status") != "ok":
+                reason = r.get("failure_reason") or r.get("graph_failure_reason") or ""
+                print(f"not measured: {r['gpu']} {r['mode']} {r['model_input']}: {reason[:60]}")
+                continue
+            rows.append({k: r[k] for k in (
+                "gpu", "mode", "model_input", "wall_time_s", "host_probe_s", "graph_time_s",
+                "graph_energy_j", "gpu_time_s", "host_time_s")})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def predicted(nets: pd.DataFrame, models: dict) -> pd.DataFrame:
+    tables: dict[str, pd.DataFrame] = {}
+    out = []
+    for r in nets.itertuples(index=False):
+        if r.model_input not in tables:
+            model, dims = r.model_input.rsplit("_", 1)
+            mi = ModelInput(model, tuple(int(d) for d in dims.split("x")))
+            tables[r.model_input] = extract_model_input(mi).assign(model_input=r.model_input)
+        p = replay_networks(
+            {r.gpu: models[r.gpu]}, tables[r.model_input], [r.mode], host_probe_s=r.host_probe_s
+        ).table.iloc[0]
+        out.append(
+            {**r._asdict(), "batch": int(r.model_input.rsplit("_", 1)[1].split("x")[0]),
+             "pred_graph_time_s": p["graph_time_s"], "pred_graph_energy_j": p["graph_energy_j"],
+             "pred_time_s": p["time_s"], "n_extrapolated": int(p.get("n_extrapolated", 0))}
+        )  # fmt: skip
+    t = pd.DataFrame(out)
+    t["graph_time"] = t["pred_graph_time_s"] / t["graph_time_s"] - 1
+    t["graph_energy"] = t["pred_graph_energy_j"] / t["graph_energy_j"] - 1
+    t["eager_time"] = t["pred_time_s"] / t["wall_time_s"] - 1
+    return t
+
+
+def report(t: pd.DataFrame) -> None:
+    cols = ("graph_time", "graph_energy", "eager_time")
+    print("MAPE (median signed miss) of the op models' prediction against the measured step")
+    for (gpu, mode, batch), g in t.groupby(["gpu", "mode", "batch"]):
+        figures = "  ".join(
+            f"{c} {g[c].abs().mean() * 100:5.1f}% ({g[c].median() * 100:+5.1f}%)" for c in cols
+        )
+        print(f"{gpu:12s} {mode:9s} batch {batch:3d} n={len(g):2d}  {figures}")
+    for (gpu, mode), g in t.groupby(["gpu", "mode"]):
+        figures = "  ".join(f"{c} {g[c].abs().mean() * 100:5.1f}%" for c in cols)
+        print(f"{gpu:12s} {mode:9s} all       n={len(g):2d}  {figures}")
+    figures = "  ".join(f"{c} {t[c].abs().mean() * 100:5.1f}%" for c in cols)
+    print(f"all                              n={len(t)}  {figures}")
+    within = {c: float((t[c].abs() <= 0.10).mean() * 100) for c in cols}
+    print("within 10 %: " + ", ".join(f"{c} {v:.0f}% of cases" for c, v in within.items()))
+    choice(t)
+
+
+def choice(t: pd.DataFrame, margin: float = 0.05) -> None:
+    """From a graph, the H100 or the H200: right where the measured margin exceeds 5 %?"""
+    gpus = sorted(t["gpu"].unique())
+    if len(gpus) != 2:
+        return
+    for quantity in ("graph_time_s", "graph_energy_j"):
+        wide = t.pivot_table(
+            index=["model_input", "mode"], columns="gpu", values=[quantity, f"pred_{quantity}"]
+        ).dropna()
+        m, p = wide[quantity], wide[f"pred_{quantity}"]
+        best, pred_best = m.idxmin(axis=1), p.idxmin(axis=1)
+        clear = (m.max(axis=1) / m.min(axis=1) - 1) > margin
+        common = best[clear].mode().iloc[0]
+        right = (best == pred_best)[clear]
+        other = clear & (best != common)
+        print(
+            f"choice of GPU by {quantity}: {int(clear.sum())} clear cases of {len(m)}, "
+            f"right {int(right.sum())}; baseline 'always {common}' right "
+            f"{int((best[clear] == common).sum())}; in the {int(other.sum())} cases "
+            f"it misses, right {int((best == pred_best)[other].sum())}"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--traces", type=Path, default=REPO / "tests/data/unseen_networks/traces.tar.gz"
+    )
+    parser.add_argument("--op-models", type=Path, default=REPO / "results/op-models")
+    parser.add_argument("--csv", type=Path)
+    args = parser.parse_args()
+    nets = measured(args.traces)
+    t = predicted(nets, load_op_models(args.op_models))
+    if args.csv:
+        t.to_csv(args.csv, index=False)
+    with np.errstate(all="ignore"):
+        report(t)
+
+
+if __name__ == "__main__":
+    main()
