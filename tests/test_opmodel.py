@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import glob
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -195,3 +196,30 @@ def test_busy_power_is_learnt_only_from_windows_the_kernels_keep_busy() -> None:
     a = opmodel.fit(h100, "h100", _make).predict(ops)["busy_power_w"]
     b = opmodel.fit(noisy, "h100", _make).predict(ops)["busy_power_w"]
     np.testing.assert_allclose(a.to_numpy(), b.to_numpy())
+
+
+def _conv_spec(n: int, cin: int, cout: int, hw: int) -> str:
+    from opcost import opspace
+
+    params = {
+        "batch": n, "cin": cin, "cout": cout, "kernel": 1, "stride": 1, "dilation": 1,
+        "groups": 1, "spatial": hw, "bias": False, "channels_last": False,
+    }  # fmt: skip
+    return json.dumps(opspace.build("conv", params), sort_keys=True)
+
+
+def test_a_family_knows_its_sampled_sizes_and_names_an_op_beyond_them(model, h100) -> None:
+    conv = model.families["conv"]
+    # The ranges are the samples' own: the implicit GEMM's m (output pixels x batch) of
+    # the family's training rows, by hand from their specs.
+    rows = opmodel.training_rows(h100)
+    ms = [rl.shape_features(s)[rl.SHAPE_FEATURES.index("log_gemm_m")] for s in
+          rows.loc[rows["family"] == "conv", "spec"]]  # fmt: skip
+    assert conv.ranges["log_gemm_m"] == pytest.approx((min(ms), max(ms)))
+    lo_m = round(math.exp(conv.ranges["log_gemm_m"][0]))
+    assert lo_m > 1
+    # A squeeze-and-excitation convolution: 1x1 on a 1x1 map at batch 1, so m = 1.
+    flags = conv.outside(_conv_spec(1, 960, 240, 1))
+    assert flags == [f"gemm_m 1 (sampled {lo_m}-{math.exp(conv.ranges['log_gemm_m'][1]):.0f})"]
+    # One inside every sampled range: nothing to say.
+    assert conv.outside(_conv_spec(8, 256, 256, 14)) == []

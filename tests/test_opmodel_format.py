@@ -57,6 +57,7 @@ def test_saved_model_predicts_the_same(table: pd.DataFrame, saved) -> None:
     assert loaded.ceilings == model.ceilings
     assert loaded.sync_s == model.sync_s
     assert loaded.meta["gpu_name"] == "NVIDIA H100 80GB HBM3"
+    assert loaded.families["conv"].ranges == model.families["conv"].ranges != {}
     manifest = json.loads((directory / MANIFEST_FILE).read_text())
     assert set(manifest["files"]) == {MODEL_FILE, TREES_FILE, METRICS_FILE}
     assert len(manifest["sources"]) == 2

@@ -127,3 +127,23 @@ def test_best_configuration_is_the_fastest(model, network: pd.DataFrame) -> None
     times = result.table.set_index("gpu")["time_s"]
     assert best.loc["time", "margin"] == pytest.approx(times["slow"] / times["h100"] - 1)
     assert np.isnan(best.loc["time", "lono_mape_pct"])
+
+
+def test_an_op_beyond_the_sampled_sizes_is_listed_with_them(model, network) -> None:
+    from opcost import opspace
+    from opcost import spec as specs
+    from opcost.predict_replay import OUTSIDE_SIZES
+
+    # A 1x1 convolution on a 1x1 map (squeeze-and-excitation): m = 1, below every sample.
+    params = {
+        "batch": 1, "cin": 960, "cout": 240, "kernel": 1, "stride": 1, "dilation": 1,
+        "groups": 1, "spatial": 1, "bias": True, "channels_last": False,
+    }  # fmt: skip
+    se = opspace.build("conv", params)
+    row = {"model_input": "toy", "op_id": specs.op_id(se), "spec": specs.canonical_json(se),
+           "count": 1, "positions": "3"}  # fmt: skip
+    result = replay_networks({"h100": model}, pd.concat([network, pd.DataFrame([row])]))
+    flags = result.extrapolation.set_index("op_id")["reason"]
+    assert list(flags.index) == [row["op_id"]]  # resnet18's conv and ReLU are inside
+    assert flags.iloc[0].startswith(OUTSIDE_SIZES + "gemm_m 1 (sampled ")
+    assert int(result.table["n_extrapolated"].iloc[0]) == 1

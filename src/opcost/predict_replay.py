@@ -45,6 +45,7 @@ SETTING = "default"
 #: Why an op is listed in ``extrapolation``.
 UNSAMPLED_FAMILY = "op family not in the op space: predicted as elementwise"
 UNSAMPLED_TYPE = "op type not sampled in its family"
+OUTSIDE_SIZES = "sizes outside the sampled ones: "
 #: Per op prediction columns the replay reads.
 _STEP_COLUMNS = {
     "host": ("host_time_s", "forward_host_time_s"),
@@ -219,10 +220,12 @@ def common_probe_s(models: dict[str, OpModel]) -> float:
 
 
 def _extrapolation(distinct: pd.DataFrame, model: OpModel) -> pd.DataFrame:
-    """The distinct ops the op models never sampled the like of: ``op_id``, ``type``,
-    ``reason``."""
+    """The distinct ops the op models never sampled the like of (their family, their
+    type, or sizes beyond the sampled ranges): ``op_id``, ``type``, ``reason``."""
     out = []
-    for oid, op_type in zip(distinct["op_id"], distinct["op_type"], strict=True):
+    for oid, op_type, spec in zip(
+        distinct["op_id"], distinct["op_type"], distinct["spec"], strict=True
+    ):
         family = rl.family_of(op_type)
         if family in NO_KERNEL_FAMILIES and family not in model.families:
             continue
@@ -231,4 +234,6 @@ def _extrapolation(distinct: pd.DataFrame, model: OpModel) -> pd.DataFrame:
             out.append((oid, op_type, UNSAMPLED_FAMILY))
         elif op_type not in fam.schema.op_types:
             out.append((oid, op_type, UNSAMPLED_TYPE))
+        elif outside := fam.outside(spec):
+            out.append((oid, op_type, OUTSIDE_SIZES + ", ".join(outside)))
     return pd.DataFrame(out, columns=["op_id", "type", "reason"])

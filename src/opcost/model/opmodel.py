@@ -60,6 +60,11 @@ LOG_ROOFLINE = "log_roofline_time_s"
 #: busy power: below it, the busy power derived from the window's mean power amplifies
 #: that power's noise more than twice.
 BUSY_SHARE = 0.5
+#: Size features whose sampled range an op is checked against (``FamilyModel.outside``):
+#: the matrix product it amounts to (rows and reduction length of norms and softmax).
+RANGE_FEATURES = ("log_gemm_m", "log_gemm_n", "log_gemm_k")
+#: Tolerance of that check, in log units (5 %).
+RANGE_SLACK = math.log(1.05)
 #: Features of the power model besides the family's one-hot.
 _POWER_FEATURES = ("training", "log_intensity", "efficiency", "log_kernel_s")
 
@@ -71,6 +76,20 @@ class FamilyModel:
 
     schema: FeatureSchema
     fits: dict[str, Any]
+    #: The sampled range of each size feature (:data:`RANGE_FEATURES`): ``(min, max)``.
+    ranges: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    def outside(self, spec: str) -> list[str]:
+        """The size features of op ``spec`` that lie outside the sampled ranges, each as
+        ``name value (sampled lo-hi)`` in sizes, not logs."""
+        values = dict(zip(rl.SHAPE_FEATURES, rl.shape_features(spec), strict=True))
+        out = []
+        for name, (lo, hi) in sorted(self.ranges.items()):
+            v = values.get(name, -1.0)
+            if v >= 0 and not lo - RANGE_SLACK <= v <= hi + RANGE_SLACK:
+                sampled = f"{math.exp(lo):.0f}-{math.exp(hi):.0f}"
+                out.append(f"{name.removeprefix('log_')} {math.exp(v):.0f} (sampled {sampled})")
+        return out
 
 
 @dataclass
@@ -333,7 +352,19 @@ def fit_family(rows: pd.DataFrame, roof: np.ndarray, make: Any) -> FamilyModel:
             if target not in MAIN_TARGETS:
                 _fewer_trees(regressor)
             fits[target] = _ensemble(regressor.fit(xs[ok], y[ok]))
-    return FamilyModel(schema, fits)
+    return FamilyModel(schema, fits, sampled_ranges(xs))
+
+
+def sampled_ranges(xs: pd.DataFrame) -> dict[str, tuple[float, float]]:
+    """``(min, max)`` of each of :data:`RANGE_FEATURES` over a family's samples, where
+    the family has it (shape features are -1 where an op has no such size)."""
+    out = {}
+    for name in RANGE_FEATURES:
+        v = xs[name].to_numpy(dtype=float) if name in xs else np.empty(0)
+        v = v[v >= 0]
+        if len(v):
+            out[name] = (float(v.min()), float(v.max()))
+    return out
 
 
 def _fewer_trees(regressor: Any) -> None:

@@ -69,7 +69,11 @@ def save_op_model(
             raise PredictorError(f"op family name {name!r} cannot be stored")
         for target, ens in sorted(fam.fits.items()):
             arrays |= {f"{name}/{target}/{k}": a for k, a in _arrays(ens, name).items()}
-        families[name] = {"schema": fam.schema.to_dict(), "targets": sorted(fam.fits)}
+        families[name] = {
+            "schema": fam.schema.to_dict(),
+            "targets": sorted(fam.fits),
+            "ranges": {k: list(v) for k, v in sorted(fam.ranges.items())},
+        }
     if model.power_fit is not None:
         arrays |= {f"{POWER}/{k}": a for k, a in _arrays(model.power_fit, POWER).items()}
     write_arrays(arrays, directory / TREES_FILE)
@@ -178,7 +182,8 @@ def load_op_model(directory: str | Path) -> OpModel:
             if [str(c) for c in ens.feature_names_in_] != columns:
                 raise PredictorError(f"{where}: other features than its schema's; {RETRAIN}")
             fits[target] = ens
-        families[str(name)] = FamilyModel(schema, fits)
+        ranges = {str(k): (float(v[0]), float(v[1])) for k, v in fam.get("ranges", {}).items()}
+        families[str(name)] = FamilyModel(schema, fits, ranges)
     power = None
     if POWER in members:
         where = f"{directory / TREES_FILE} (power)"
