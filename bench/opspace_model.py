@@ -46,7 +46,7 @@ from opcost import replay as rp
 from opcost.model import opmodel
 from opcost.predict_replay import replay_networks
 from opcost.train import TrainConfig, make_regressor
-from opcost.validate.predictions import configuration_choice
+from opcost.validate.predictions import choice_scores, configuration_choice
 from opcost.validate.replay import _isolated_steps, call_sequences
 
 REPO = Path(__file__).resolve().parents[1]
@@ -209,19 +209,18 @@ def choice(nets: pd.DataFrame, gpus: list[str], gpu_bound: bool = False) -> None
         return
     which = ", GPU-bound on all" if gpu_bound else ""
     print(f"\nchoice among {', '.join(gpus)}{which}: {len(picks)} network-mode cases")
+    scores = choice_scores(picks, CLEAR_MARGIN)
     for what in ("fastest", "least_energy"):
-        clear = picks[picks[f"{what}_margin"] > CLEAR_MARGIN]
-        if clear.empty:
+        if what not in scores:
             print(f"  {what}: no case whose best wins by more than {CLEAR_MARGIN:.0%}")
             continue
-        constant = clear[f"measured_{what}"].value_counts().index[0]
-        right = (clear[f"predicted_{what}"] == clear[f"measured_{what}"]).to_numpy()
-        base = (clear[f"measured_{what}"] == constant).to_numpy()
+        s = scores[what]
         print(
-            f"  {what}: clear cases (margin > {CLEAR_MARGIN:.0%}) {len(clear)}; "
-            f"predicted right {right.sum()} ({right.mean():.0%}); constant baseline "
-            f"'{constant}' right {base.sum()} ({base.mean():.0%}); in the "
-            f"{(~base).sum()} cases it gets wrong, predicted right {right[~base].sum()}"
+            f"  {what}: clear cases (margin > {CLEAR_MARGIN:.0%}) {s['clear']}; "
+            f"predicted right {s['right']} ({s['right'] / s['clear']:.0%}); constant baseline "
+            f"'{s['constant']}' right {s['constant_right']} "
+            f"({s['constant_right'] / s['clear']:.0%}); in the {s['missed']} cases it gets "
+            f"wrong, predicted right {s['right_where_missed']}"
         )
 
 

@@ -30,6 +30,7 @@ from opcost.extract import extract_model_input
 from opcost.model.opmodel_format import load_op_models
 from opcost.names import ModelInput
 from opcost.predict_replay import replay_networks
+from opcost.validate.predictions import choice_scores, configuration_choice
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -94,25 +95,18 @@ def report(t: pd.DataFrame) -> None:
 
 
 def choice(t: pd.DataFrame, margin: float = 0.05) -> None:
-    """From a graph, the H100 or the H200: right where the measured margin exceeds 5 %?"""
-    gpus = sorted(t["gpu"].unique())
-    if len(gpus) != 2:
-        return
-    for quantity in ("graph_time_s", "graph_energy_j"):
-        wide = t.pivot_table(
-            index=["model_input", "mode"], columns="gpu", values=[quantity, f"pred_{quantity}"]
-        ).dropna()
-        m, p = wide[quantity], wide[f"pred_{quantity}"]
-        best, pred_best = m.idxmin(axis=1), p.idxmin(axis=1)
-        clear = (m.max(axis=1) / m.min(axis=1) - 1) > margin
-        common = best[clear].mode().iloc[0]
-        right = (best == pred_best)[clear]
-        other = clear & (best != common)
+    """From a graph, the H100 or the H200: right where the measured margin exceeds 5 %?
+    (:func:`opcost.validate.predictions.configuration_choice` and its scores.)"""
+    graph = t.rename(
+        columns={"graph_time_s": "time_s", "pred_graph_time_s": "time_pred_s",
+                 "graph_energy_j": "energy_j", "pred_graph_energy_j": "energy_pred_j"}
+    ).assign(setting="default")  # fmt: skip
+    picks = configuration_choice(graph)
+    for what, s in choice_scores(picks, margin).items():
         print(
-            f"choice of GPU by {quantity}: {int(clear.sum())} clear cases of {len(m)}, "
-            f"right {int(right.sum())}; baseline 'always {common}' right "
-            f"{int((best[clear] == common).sum())}; in the {int(other.sum())} cases "
-            f"it misses, right {int((best == pred_best)[other].sum())}"
+            f"choice of GPU, {what}: {s['clear']} clear cases of {len(picks)}, right "
+            f"{s['right']}; baseline 'always {s['constant']}' right {s['constant_right']}; "
+            f"in the {s['missed']} cases it misses, right {s['right_where_missed']}"
         )
 
 

@@ -22,6 +22,7 @@ from opcost.validate.dataset import (
     validation_summary,
 )
 from opcost.validate.predictions import (
+    choice_scores,
     configuration_choice,
     prediction_metrics,
     prediction_networks,
@@ -440,3 +441,25 @@ def test_overlap_estimate_on_the_batch_64_training_study():
         within_plain += abs(math.fsum(t) / measured - 1) < 0.05
         within_overlap += abs(overlap / measured - 1) < 0.05
     assert (within_plain, within_overlap) == (3, 5)
+
+
+def test_choice_scores_count_the_clear_cases_against_the_constant_baseline():
+    picks = pd.DataFrame(
+        {
+            # Four cases: margins 20, 10, 2 (a tie: left out) and 30 %.
+            "fastest_margin": [0.2, 0.1, 0.02, 0.3],
+            "measured_fastest": ["h200", "h200", "h100", "h100"],
+            "predicted_fastest": ["h200", "h100", "h200", "h100"],
+            "least_energy_margin": [0.01, 0.0, 0.03, 0.04],  # no clear case
+            "measured_least_energy": ["h100"] * 4,
+            "predicted_least_energy": ["h100"] * 4,
+        }
+    )
+    scores = choice_scores(picks, 0.05)
+    assert list(scores) == ["fastest"]
+    # Clear: cases 1, 2, 4; h200 best in two of them (the baseline), right in 1 and 4;
+    # the baseline misses case 4, which the prediction gets right.
+    assert scores["fastest"] == {
+        "clear": 3, "right": 2, "constant": "h200", "constant_right": 2, "missed": 1,
+        "right_where_missed": 1,
+    }  # fmt: skip

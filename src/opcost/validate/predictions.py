@@ -221,3 +221,30 @@ def configuration_choice(networks: pd.DataFrame) -> pd.DataFrame:
     columns += [f"{name}_margin" for _, _, name in CHOICE_QUANTITIES]
     columns += [f"{name}_predicted_margin" for _, _, name in CHOICE_QUANTITIES]
     return pd.DataFrame(rows, columns=columns)
+
+
+def choice_scores(picks: pd.DataFrame, margin: float) -> dict[str, dict]:
+    """How well :func:`configuration_choice`'s picks do, per criterion (``fastest``,
+    ``least_energy``), over the cases whose measured best wins by more than ``margin``:
+    ``clear`` (how many), ``right`` (predicted as measured), the constant baseline
+    ``constant`` (the candidate most often best among them) and how often it is right
+    (``constant_right``), and, in the ``missed`` cases it gets wrong, how often the
+    prediction is right (``right_where_missed``). A criterion without a clear case is
+    left out."""
+    out = {}
+    for _, _, name in CHOICE_QUANTITIES:
+        clear = picks[picks[f"{name}_margin"] > margin]
+        if clear.empty:
+            continue
+        constant = clear[f"measured_{name}"].value_counts().index[0]
+        right = (clear[f"predicted_{name}"] == clear[f"measured_{name}"]).to_numpy()
+        base = (clear[f"measured_{name}"] == constant).to_numpy()
+        out[name] = {
+            "clear": len(clear),
+            "right": int(right.sum()),
+            "constant": constant,
+            "constant_right": int(base.sum()),
+            "missed": int((~base).sum()),
+            "right_where_missed": int(right[~base].sum()),
+        }
+    return out
