@@ -31,7 +31,9 @@ REPO = Path(__file__).resolve().parents[1]
 STUDIES = ("config/hopper.yaml", "config/hopper-large.yaml")
 
 
-def model_inputs(models: list[str] | None = None, batches: list[int] = ()) -> list[ModelInput]:
+def model_inputs(
+    models: list[str] | None = None, batches: tuple[int, ...] = ()
+) -> list[ModelInput]:
     if models:
         return [ModelInput(m, (b, 3, 224, 224)) for m in models for b in batches]
     out = []
@@ -58,7 +60,7 @@ def main() -> None:
     args = parser.parse_args()
     gpu = gpu_config(args.gpu)
     start = time.time()
-    for mi in model_inputs(args.models, args.batches):
+    for mi in model_inputs(args.models, tuple(args.batches)):
         for mode in ("inference", "training"):
             if time.time() - start > args.budget_s:
                 print(f"budget spent: {mi.name} {mode} and later not traced", flush=True)

@@ -360,7 +360,7 @@ def sampled_ranges(xs: pd.DataFrame) -> dict[str, tuple[float, float]]:
     the family has it (shape features are -1 where an op has no such size)."""
     out = {}
     for name in RANGE_FEATURES:
-        v = xs[name].to_numpy(dtype=float) if name in xs else np.empty(0)
+        v = xs[name].to_numpy(dtype=float)
         v = v[v >= 0]
         if len(v):
             out[name] = (float(v.min()), float(v.max()))
