@@ -94,8 +94,18 @@ def test_rounds_without_round_1_are_refused():
 
 def test_a_rounds_power_samples_default_to_2_and_round_1s_are_its_own():
     study = load_study(_config([ROUND_2]))
-    assert study.config["op_space"]["rounds"] == [{**ROUND_2, "power_samples": 2}]
+    assert study.config["op_space"]["rounds"] == [{**ROUND_2, "power_samples": 2, "generator": 2}]
     assert wf.op_space_sampling_params(study)["power_samples"] == 0
+
+
+def test_a_round_samples_with_the_newest_generator_unless_it_names_one():
+    study = load_study(_config([ROUND_2, {**ROUND_2, "generator": 1}]))
+    assert wf.op_space_sampling_params(study)["generator"] == max(opspace.GENERATORS)
+    assert wf.op_space_round_params(study, 2)["generator"] == 2
+    assert wf.op_space_round_params(study, 3)["generator"] == 1
+    config = _config([{**ROUND_2, "generator": 3}])
+    with pytest.raises(ConfigError, match=r"op_space\.rounds\.0\.generator: 3 is not allowed"):
+        load_study(config)
 
 
 def test_the_schema_names_the_generators_families_in_every_round():
@@ -145,7 +155,7 @@ def test_a_later_round_continues_every_familys_sequence_after_the_rounds_before(
     assert not r3["power"].any()
     # Round 2 is opspace.sample of its counts from round 1's ends: the points after
     # round 1's are those of one longer sequence.
-    longer = opspace.sample({"conv": 5}, seed=2)
+    longer = opspace.sample({"conv": 5}, seed=2, generator=2)
     assert list(r2.loc[r2["family"] == "conv", "op_id"]) == list(longer["op_id"][3:])
 
 
@@ -189,9 +199,11 @@ def test_the_op_space_config_records_each_rounds_allocation(repo):
             assert f"{family} {error}" in text
     rounds = yaml.safe_load(text)["op_space"]["rounds"]
     assert rounds == [
-        {"samples": opspace.allocate(round_1_errors, 1200), "power_samples": 2},
-        {"samples": opspace.allocate(round_2_errors, 1200), "power_samples": 2},
-        {"samples": dict.fromkeys(sorted(round_2_errors), 10), "power_samples": 10},
+        {"samples": opspace.allocate(round_1_errors, 1200), "power_samples": 2, "generator": 1},
+        {"samples": opspace.allocate(round_2_errors, 1200), "power_samples": 2, "generator": 1},
+        {"samples": dict.fromkeys(sorted(round_2_errors), 10), "power_samples": 10, "generator": 1},
+        # Round 5: the convolutions, sampled by generator 2 (docs/op-space.md).
+        {"samples": {"conv": 480}, "power_samples": 2, "generator": 2},
     ]
     study = load_study_file(repo / "config/op-space.yaml")
     samples = study.config["op_space"]["samples"]

@@ -437,9 +437,9 @@ def _no_kernel_in_inference(row):
 
 @pytest.mark.parametrize("gpu", ["h100", "h200"])
 def test_the_committed_measurements_are_sane(gpu):
-    # Round 1, the adaptive rounds 2 and 3 and the power round 4 (data/op-space/README.md),
-    # each fully measured.
-    rounds = ["samples.parquet", *(f"samples-r{r}.parquet" for r in (2, 3, 4))]
+    # Round 1, the adaptive rounds 2 and 3, the power round 4 and the convolutions of round
+    # 5 (data/op-space/README.md), each fully measured.
+    rounds = ["samples.parquet", *(f"samples-r{r}.parquet" for r in (2, 3, 4, 5))]
     samples = pd.concat([pd.read_parquet(DATA / r) for r in rounds], ignore_index=True)
     table = _measured(gpu)
     assert (table["status"] == "ok").all()
@@ -541,6 +541,67 @@ def test_op_space_raw_measures_every_chunk_once_and_protects_it(repo, tmp_path):
     again = snakemake(repo, tmp_path, *args, "-n")
     assert again.returncode == 0, again.stderr[-4000:]
     assert "Nothing to be done" in again.stdout + again.stderr
+
+
+def _conv_attrs(table):
+    specs_ = [json.loads(s) for s in table["spec"]]
+    return [(c["attrs"], c["inputs"][0]["shape"]) for c in specs_]
+
+
+def test_generator_2_samples_small_maps_and_grouped_convolutions_as_networks_build_them():
+    one = opspace.sample({"conv": 300}, seed=0, generator=1)
+    two = opspace.sample({"conv": 300}, seed=0, generator=2)
+    assert set(one["generator"]) == {1}
+    assert set(two["generator"]) == {2}
+    maps1 = [shape[2] for _, shape in _conv_attrs(one)]
+    maps2 = [shape[2] for _, shape in _conv_attrs(two)]
+    assert min(maps1) >= 7  # generator 1: maps of 7-224, as rounds 1-4 were measured
+    # Log-uniform over 1-224: ln 7 / ln 224 = 36 % of the maps below 7, some of 1 pixel.
+    assert 0.25 < np.mean(np.array(maps2) < 7) < 0.45
+    assert 1 in maps2
+    for a, shape in _conv_attrs(two):
+        # No kernel wider than its map (padding would be most of it).
+        k, d = a["kernel_size"][0], a["dilation"][0]
+        assert k * d <= shape[2] or k == 1
+        if 1 < a["groups"] < a["in_channels"]:  # grouped: the width per group kept, or doubled
+            assert a["out_channels"] in (a["in_channels"], 2 * a["in_channels"])
+    grouped1 = [a for a, _ in _conv_attrs(one) if 1 < a["groups"] < a["in_channels"]]
+    assert any(a["out_channels"] not in (a["in_channels"], 2 * a["in_channels"]) for a in grouped1)
+    # Every other family is the same under both versions.
+    counts = {f: 4 for f in opspace.FAMILIES if f != "conv"}
+    assert opspace.sample(counts, seed=0, generator=1)["op_id"].tolist() == (
+        opspace.sample(counts, seed=0, generator=2)["op_id"].tolist()
+    )
+    with pytest.raises(opspace.OpSpaceError, match="generator 3"):
+        opspace.sample({"conv": 1}, generator=3)
+
+
+def _shapes(table):
+    specs_ = [json.loads(s) for s in table["spec"]]
+    return [
+        (f, t, [i["shape"] for i in sp["inputs"]], sp.get("attrs", {}).get("groups"))
+        for f, t, sp in zip(table["family"], table["type"], specs_, strict=True)
+    ]
+
+
+def test_the_committed_rounds_are_what_the_study_config_samples():
+    """config/op-space.yaml, sampled again, gives the committed samples of each round: the
+    generator version a round names keeps it as measured."""
+    study = load_study_file(REPO / "config/op-space.yaml")
+    rounds = wf.op_space_round_counts(study)
+    assert len(rounds) == 5
+    for r in range(2, len(rounds) + 1):
+        params = wf.op_space_round_params(study, r)
+        committed = pd.read_parquet(DATA / f"samples-r{r}.parquet")
+        again = opspace.sample(
+            params["samples"], seed=params["seed"], starts=params["starts"], round_=r,
+            generator=params["generator"],
+        )  # fmt: skip
+        # Op ids hash module attributes, which differ between torch versions (GroupNorm's
+        # ``bias``): the configurations are compared by their types and tensor shapes.
+        assert _shapes(again) == _shapes(committed), r
+    assert wf.op_space_round_params(study, 5)["generator"] == 2
+    assert wf.op_space_sampling_params(study)["generator"] == 1
 
 
 def test_sampled_widths_are_mostly_aligned_as_networks_use_them() -> None:

@@ -43,7 +43,11 @@ from opcost.errors import OpcostError
 MAX_FORWARD_FLOPS = 2.0e11
 MAX_TENSOR_BYTES = 2**29
 #: Columns of a table of sampled configurations.
-COLUMNS = ("op_id", "family", "type", "kind", "spec", "sample", "round")
+COLUMNS = ("op_id", "family", "type", "kind", "spec", "sample", "round", "generator")
+#: Versions of the map from the unit cube to configurations (``op_space.generator``): a
+#: round keeps the version it was measured with, so that its samples stay those measured.
+#: 2 changed convolutions only (:func:`_conv`).
+GENERATORS = (1, 2)
 
 
 class OpSpaceError(OpcostError, ValueError):
@@ -119,7 +123,12 @@ def _nchw(p: dict[str, Any]) -> tuple[int, int, int, int]:
     return p["batch"], p["channels"], p["spatial"], p["spatial"]
 
 
-def _conv(u: Sequence[float]) -> dict[str, Any]:
+def _conv(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
+    """A convolution. Generator 1: maps 7-224, a grouped convolution's output width
+    drawn apart from its input's. Generator 2 (:data:`GENERATORS`): maps 1-224 (the 1x1
+    maps of squeeze-and-excitation blocks, the few-pixel maps of a small input's last
+    stage), a kernel no wider than its map, and a grouped convolution that keeps its
+    width per group as a depthwise one does (ResNeXt, RegNet: ``cout`` = ``cin`` or twice)."""
     # One in ten is a network's first layer, on RGB images.
     cin = 3 if u[1] < 0.1 else width((u[1] - 0.1) / 0.9, 8, 2048)
     cout = width(u[2], 8, 2048)
@@ -132,8 +141,11 @@ def _conv(u: Sequence[float]) -> dict[str, Any]:
         per_group = pick(u[10], [4, 8, 16, 32, 64])
         cin = _round_to(max(cin, 2 * per_group), per_group)
         groups = cin // per_group
-        cout = _round_to(cout, groups)
-    return {
+        if generator >= 2:
+            cout = cin * pick((u[10] * 977.0) % 1.0, [1, 1, 1, 2])
+        else:
+            cout = _round_to(cout, groups)
+    p = {
         "batch": log_int(u[0], 1, 256),
         "cin": cin,
         "cout": cout,
@@ -141,10 +153,13 @@ def _conv(u: Sequence[float]) -> dict[str, Any]:
         "stride": pick(u[4], [1, 2], [0.75, 0.25]),
         "dilation": pick(u[5], [1, 2], [0.9, 0.1]),
         "groups": groups,
-        "spatial": log_int(u[7], 7, 224),
+        "spatial": log_int(u[7], 7 if generator < 2 else 1, 224),
         "bias": u[8] < 0.3,
         "channels_last": u[9] < 0.25,
     }
+    if generator >= 2 and p["spatial"] < p["kernel"] * p["dilation"]:
+        p["kernel"], p["dilation"] = (3 if p["spatial"] >= 3 else 1), 1
+    return p
 
 
 def _conv_call(p: dict[str, Any]) -> Call:
@@ -397,14 +412,22 @@ class Family:
 
     name: str
     dims: int
-    params: Callable[[Sequence[float]], dict[str, Any]]
+    make_params: Callable[..., dict[str, Any]]
     call: Callable[[dict[str, Any]], Call]
+    #: Whether ``make_params`` takes the generator version (families it changed).
+    versioned: bool = False
+
+    def params(self, u: Sequence[float], generator: int = 1) -> dict[str, Any]:
+        """The configuration at point ``u`` of the unit cube, as ``generator`` maps it."""
+        if generator not in GENERATORS:
+            raise OpSpaceError(f"op-space generator {generator!r}: expected one of {GENERATORS}")
+        return self.make_params(u, generator) if self.versioned else self.make_params(u)
 
 
 FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
-        Family("conv", 11, _conv, _conv_call),
+        Family("conv", 11, _conv, _conv_call, versioned=True),
         Family("linear", 6, _linear, _linear_call),
         Family("matmul", 7, _matmul, _matmul_call),
         Family("attention", 5, _attention, _attention_call),
@@ -506,8 +529,10 @@ def sample(
     seed: int = 0,
     starts: dict[str, int] | None = None,
     round_: int = 1,
+    generator: int = 1,
 ) -> pd.DataFrame:
-    """``counts[family]`` configurations per family, as a table of :data:`COLUMNS`.
+    """``counts[family]`` configurations per family, as a table of :data:`COLUMNS`,
+    mapped from the unit cube by version ``generator`` of :data:`GENERATORS`.
 
     ``starts[family]``: the first point of the family's sequence to take (a later
     round continues where the earlier stopped). Configurations that repeat an earlier
@@ -523,7 +548,7 @@ def sample(
     for family, n in counts.items():
         start = (starts or {}).get(family, 0)
         for i, u in enumerate(points(family, n, seed=seed, start=start)):
-            spec = build(family, FAMILIES[family].params(u))
+            spec = build(family, FAMILIES[family].params(u, generator))
             rows.append(
                 {
                     "op_id": specs.op_id(spec),
@@ -533,6 +558,7 @@ def sample(
                     "spec": specs.canonical_json(spec),
                     "sample": start + i,
                     "round": round_,
+                    "generator": generator,
                 }
             )
     table = pd.DataFrame(rows, columns=list(COLUMNS))

@@ -299,7 +299,7 @@ def op_space_sampling_params(study: Study) -> dict[str, Any]:
     """The op-space settings that change round 1's sampled configurations (not the later
     rounds: adding one leaves round 1 as it is)."""
     op_space = study.config["op_space"]
-    return {k: op_space[k] for k in ("samples", "power_samples", "seed")}
+    return {k: op_space[k] for k in ("samples", "power_samples", "seed", "generator")}
 
 
 def op_space_round_params(study: Study, round_: int) -> dict[str, Any]:
@@ -317,9 +317,11 @@ def op_space_round_params(study: Study, round_: int) -> dict[str, Any]:
         for family, n in earlier.items():
             starts[family] = starts.get(family, 0) + n
     op_space = study.config["op_space"]
+    later = op_space["rounds"][round_ - 2]
     return {
         "samples": counts[round_ - 1],
-        "power_samples": op_space["rounds"][round_ - 2]["power_samples"],
+        "power_samples": later["power_samples"],
+        "generator": later["generator"],
         "seed": op_space["seed"],
         "starts": starts,
         "round": round_,
@@ -362,6 +364,7 @@ def run_op_space_samples(params: dict[str, Any], output: str) -> None:
         seed=params["seed"],
         starts=dict(params.get("starts", {})),
         round_=params.get("round", 1),
+        generator=params.get("generator", 1),
     )
     rank = table.groupby("family").cumcount()
     size = table.groupby("family")["family"].transform("size")
