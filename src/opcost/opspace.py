@@ -70,10 +70,16 @@ WIDTH_GRAINS = (1, 8, 16, 32, 64)
 WIDTH_GRAIN_WEIGHTS = (0.15, 0.15, 0.2, 0.25, 0.25)
 
 
+def beyond(u: float) -> float:
+    """A second quantile from the digits of ``u`` beyond its first use: a choice drawn
+    alongside another from one coordinate, nearly independent of it."""
+    return (u * 977.0) % 1.0
+
+
 def width(u: float, lo: int, hi: int) -> int:
     """A width log-uniform in ``[lo, hi]`` at quantile ``u``, rounded to a grain of
     :data:`WIDTH_GRAINS` drawn from the digits of ``u`` beyond its quantile."""
-    grain = pick((u * 977.0) % 1.0, WIDTH_GRAINS, WIDTH_GRAIN_WEIGHTS)
+    grain = pick(beyond(u), WIDTH_GRAINS, WIDTH_GRAIN_WEIGHTS)
     n = log_int(u, lo, hi)
     if grain > 1 and hi >= grain:
         n = min(_round_to(n, grain), hi // grain * grain)
@@ -142,7 +148,7 @@ def _conv(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
         cin = _round_to(max(cin, 2 * per_group), per_group)
         groups = cin // per_group
         if generator >= 2:
-            cout = cin * pick((u[10] * 977.0) % 1.0, [1, 1, 1, 2])
+            cout = cin * pick(beyond(u[10]), [1, 1, 1, 2])
         else:
             cout = _round_to(cout, groups)
     p = {

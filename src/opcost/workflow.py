@@ -364,7 +364,7 @@ def run_op_space_samples(params: dict[str, Any], output: str) -> None:
         seed=params["seed"],
         starts=dict(params.get("starts", {})),
         round_=params.get("round", 1),
-        generator=params.get("generator", 1),
+        generator=params["generator"],
     )
     rank = table.groupby("family").cumcount()
     size = table.groupby("family")["family"].transform("size")
