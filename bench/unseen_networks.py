@@ -27,8 +27,10 @@ import numpy as np
 import pandas as pd
 
 from opcost.extract import extract_model_input
+from opcost.model.format import load_predictors
 from opcost.model.opmodel_format import load_op_models
 from opcost.names import ModelInput
+from opcost.predict import predict_networks
 from opcost.predict_replay import replay_networks
 from opcost.validate.predictions import choice_scores, configuration_choice
 
@@ -76,9 +78,37 @@ def predicted(nets: pd.DataFrame, models: dict) -> pd.DataFrame:
     return t
 
 
+def forest_baseline(t: pd.DataFrame, forests: Path) -> pd.DataFrame:
+    """``forest_time``: what ``opcost predict`` answers with the forests in ``forests``
+    (the shipped ones by default), as a miss of the eager step."""
+    predictors = load_predictors(forests)
+    ops = pd.concat(
+        [extract_model_input(ModelInput(m, tuple(int(d) for d in dims.split("x")))).assign(
+            model_input=f"{m}_{dims}")
+         for m, dims in (mi.rsplit("_", 1) for mi in t["model_input"].unique())],
+        ignore_index=True,
+    )  # fmt: skip
+    wanted = {g: predictors[g] for g in t["gpu"].unique() if g in predictors}
+    table = predict_networks(wanted, ops).table
+    table = table[table["setting"] == "default"].rename(
+        columns={"network": "model_input", "time_s": "forest_time_s"}
+    )[["model_input", "gpu", "mode", "forest_time_s"]]
+    t = t.merge(table, on=["model_input", "gpu", "mode"], how="left")
+    t["forest_time"] = t["forest_time_s"] / t["wall_time_s"] - 1
+    return t
+
+
 def report(t: pd.DataFrame) -> None:
-    cols = ("graph_time", "graph_energy", "eager_time")
-    print("MAPE (median signed miss) of the op models' prediction against the measured step")
+    cols = tuple(c for c in ("graph_time", "graph_energy", "eager_time", "forest_time")
+                 if c in t.columns)  # fmt: skip
+    print(
+        "MAPE (median signed miss) of the op models' prediction against the measured step"
+        + (
+            "; forest_time: the forests' eager time (opcost predict's default)"
+            if "forest_time" in t.columns
+            else ""
+        )
+    )
     for (gpu, mode, batch), g in t.groupby(["gpu", "mode", "batch"]):
         figures = "  ".join(
             f"{c} {g[c].abs().mean() * 100:5.1f}% ({g[c].median() * 100:+5.1f}%)" for c in cols
@@ -116,10 +146,18 @@ def main() -> None:
         "--traces", type=Path, default=REPO / "tests/data/unseen_networks/traces.tar.gz"
     )
     parser.add_argument("--op-models", type=Path, default=REPO / "results/op-models")
+    parser.add_argument(
+        "--forests",
+        type=Path,
+        default=REPO / "src/opcost/predictors",
+        help="forest predictors to compare eagerly with ('' for none; default: the shipped)",
+    )
     parser.add_argument("--csv", type=Path)
     args = parser.parse_args()
     nets = measured(args.traces)
     t = predicted(nets, load_op_models(args.op_models))
+    if str(args.forests) not in ("", "."):
+        t = forest_baseline(t, args.forests)
     if args.csv:
         t.to_csv(args.csv, index=False)
     with np.errstate(all="ignore"):

@@ -1,7 +1,8 @@
 """Tests for opcost.model.opmodel against the committed op-space measurements
-(data/op-space, H100 and H200, 2026-11-24): the efficiency stays in (0, 1], GPU time is
-the roofline time over it, the ceilings bound every sample, views cost no GPU time, and
-a TF32-off configuration borrows only the families it lacks from its twin."""
+(data/op-space, H100 and H200, 2026-11-24): GPU time is learnt over the roofline time
+plus the shortest kernel, the efficiency stays in (0, 1], the ceilings bound every
+sample, views cost no GPU time, and a TF32-off configuration borrows only the families
+it lacks from its twin."""
 
 from __future__ import annotations
 
@@ -73,6 +74,39 @@ def test_prediction_is_roofline_over_efficiency(h100: pd.DataFrame, model) -> No
     train = (ops["mode"] == "training").to_numpy()
     assert (p.loc[train, "forward_gpu_time_s"] <= p.loc[train, "gpu_time_s"] + 1e-15).all()
     assert (p.loc[~train, "forward_gpu_time_s"] == p.loc[~train, "gpu_time_s"]).all()
+
+
+def test_kernel_floor_is_the_samples_shortest_kernel(h100: pd.DataFrame, model) -> None:
+    rows = opmodel.training_rows(h100)
+    rows = rows[(rows["gpu_time_s"] > 0) & (rows["n_kernels"] > 0)]
+    per_kernel = np.sort((rows["gpu_time_s"] / rows["n_kernels"]).to_numpy())
+    # The 1st percentile, by hand: numpy's linear interpolation between order statistics.
+    rank = 0.01 * (len(per_kernel) - 1)
+    lo = int(math.floor(rank))
+    by_hand = per_kernel[lo] + (rank - lo) * (per_kernel[lo + 1] - per_kernel[lo])
+    assert model.kernel_floor_s == pytest.approx(by_hand, rel=1e-12)
+    # A Hopper kernel takes about a microsecond at the least.
+    assert 0.5e-6 < model.kernel_floor_s < 3e-6
+
+
+def test_base_time_is_roofline_plus_one_floor_per_pass() -> None:
+    roof = np.array([0.0, 2e-6, 1e-3])
+    base = opmodel.base_time_s(roof, np.array([False, True, False]), 1.5e-6)
+    np.testing.assert_allclose(base, [1.5e-6, 2e-6 + 3e-6, 1e-3 + 1.5e-6], rtol=1e-12)
+
+
+def test_a_tiny_op_is_predicted_near_the_floor_not_its_roofline_time(model) -> None:
+    # A ReLU over 64 floats: its roofline time (512 bytes moved) is under a nanosecond,
+    # but a kernel cannot take less than the floor: the prediction is about the floor.
+    spec = json.dumps(
+        {"args": [{"__tensor__": 0}], "attrs": {"inplace": False},
+         "inputs": [{"dtype": "float32", "param": False, "shape": [1, 64]}],
+         "kind": "module", "kwargs": {}, "outputs": [{"dtype": "float32", "shape": [1, 64]}],
+         "type": "torch.nn.modules.activation.ReLU"}, sort_keys=True, separators=(",", ":"),
+    )  # fmt: skip
+    p = model.predict(pd.DataFrame({"spec": [spec], "mode": ["inference"]}))
+    assert p["roofline_time_s"].iloc[0] < 1e-8
+    assert 0.5 * model.kernel_floor_s < p["gpu_time_s"].iloc[0] < 5 * model.kernel_floor_s
 
 
 def test_heavier_op_than_any_sample_scales_with_its_work(model: opmodel.OpModel) -> None:

@@ -4,13 +4,18 @@ Per GPU configuration and op family (:func:`opcost.model.roofline.family_of`), f
 the sampled configurations only (:mod:`opcost.opspace`; networks are never training
 data):
 
-* **efficiency** ``e = roofline time / GPU kernel time``, in (0, 1]: the roofline time
-  (:func:`~opcost.model.roofline.roofline_time_s`) is taken against the configuration's
-  *ceilings*: the measured peak rates (:mod:`opcost.peaks`), raised to the highest rate
-  any sample achieved (a tensor that stays in the L2 cache beats the DRAM rate), so
-  that no training sample exceeds 1. The model fits ``log e``; a tree's prediction is an
-  average of training values, so it stays in (0, 1], and an op heavier than any sample
-  is predicted in proportion to its work. GPU time = roofline time / e;
+* **GPU time** over a **base time**: the roofline time
+  (:func:`~opcost.model.roofline.roofline_time_s`), taken against the configuration's
+  *ceilings* (the measured peak rates, :mod:`opcost.peaks`, raised to the highest rate
+  any sample achieved: a tensor that stays in the L2 cache beats the DRAM rate), plus
+  the shortest kernel the samples ran (``kernel_floor_s``, once per pass: twice in
+  training) — :func:`base_time_s`. The model fits ``log(GPU time / base)``: for a large
+  op the base is its roofline time, for a small one the floor every kernel costs, so
+  the trees learn a ratio near 1 and smooth over the space instead of an efficiency
+  that spans three decades. A tree's prediction is an average of training values, so
+  an op heavier than any sample is predicted in proportion to its work. GPU time = base
+  × ratio, never below the roofline time: the **efficiency** ``roofline time / GPU
+  time`` stays in (0, 1];
 * **kernels** per call (``log1p``), and in training the forward pass's share of the GPU
   time, host time and kernels (a replay issues the forward, then the backward);
 * **host time** per call (``log``), relative to the host-speed probe of the chunk it was
@@ -52,7 +57,10 @@ NO_KERNEL_FAMILIES = ("view",)
 KERNEL_GAP_S = 1e-6
 #: Targets fitted with the configured number of trees; the others (kernels per call,
 #: the forward pass's shares) with a quarter of them, which keeps the model files small.
-MAIN_TARGETS = ("efficiency", "host")
+MAIN_TARGETS = ("time", "host")
+#: The percentile of the samples' time per kernel taken as the shortest kernel a call
+#: costs (``OpModel.kernel_floor_s``): the 1st, which one stray fast sample cannot move.
+KERNEL_FLOOR_PERCENTILE = 1.0
 AUXILIARY_TREES_DIVISOR = 4
 #: The feature column of a family model that holds the log of the roofline time.
 LOG_ROOFLINE = "log_roofline_time_s"
@@ -71,8 +79,9 @@ _POWER_FEATURES = ("training", "log_intensity", "efficiency", "log_kernel_s")
 
 @dataclass
 class FamilyModel:
-    """The fitted regressors of one family: targets ``efficiency`` (log), ``kernels``
-    (log1p), ``host`` (log of host time / probe), and in training the forward shares."""
+    """The fitted regressors of one family: targets ``time`` (log of GPU time over the
+    base time, :func:`base_time_s`), ``kernels`` (log1p), ``host`` (log of host time /
+    probe), and in training the forward shares."""
 
     schema: FeatureSchema
     fits: dict[str, Any]
@@ -109,6 +118,9 @@ class OpModel:
     sync_s: float = 0.0
     #: The device's gap between queued kernels (:func:`opcost.replay.replay`).
     kernel_gap_s: float = 0.0
+    #: The shortest kernel the samples ran (:func:`kernel_floor_s`), part of the base time
+    #: GPU time is learnt against (:func:`base_time_s`); 0: the roofline time alone.
+    kernel_floor_s: float = 0.0
     #: What a leaf input adds to an isolated op's backward host time that a network's call
     #: does not pay, and the host time of a trivial backward node, both relative to the
     #: host probe (:func:`leaf_overhead`); 0 where the samples do not tell.
@@ -136,7 +148,7 @@ class OpModel:
         roof = out["roofline_time_s"].to_numpy()
         targets = {
             t: np.full(len(rows), np.nan)
-            for t in ("efficiency", "kernels", "host", "fwd_gpu", "fwd_host", "fwd_k")
+            for t in ("time", "kernels", "host", "fwd_gpu", "fwd_host", "fwd_k")
         }
         families = fam.to_numpy()
         for name in fam.unique():
@@ -149,19 +161,19 @@ class OpModel:
                 fit = model.fits.get(target)
                 if fit is not None:
                     values[sel] = fit.predict(x)
-        out["efficiency"] = targets["efficiency"]
         out["n_kernels"] = targets["kernels"]
         out["host_ratio"] = targets["host"]
         for share in ("fwd_gpu", "fwd_host", "fwd_k"):
             out[share] = targets[share]
-        eff = np.exp(out["efficiency"]).clip(upper=1.0)
-        out["efficiency"] = eff
-        gpu = out["roofline_time_s"] / eff
+        training = rows["mode"].to_numpy() == "training"
+        base = base_time_s(roof, training, self.kernel_floor_s)
+        gpu = pd.Series(np.maximum(base * np.exp(targets["time"]), roof), index=out.index)
         no_kernels = fam.isin(NO_KERNEL_FAMILIES) | (out["roofline_time_s"] <= 0)
         out["gpu_time_s"] = gpu.where(~no_kernels, 0.0).fillna(0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out["efficiency"] = (out["roofline_time_s"] / gpu).where(~no_kernels)
         out["n_kernels"] = np.expm1(out["n_kernels"]).clip(lower=0).where(~no_kernels, 0.0)
         out["host_time_s"] = np.exp(out["host_ratio"]) * probe
-        training = rows["mode"].to_numpy() == "training"
         for share, total, col in (
             ("fwd_gpu", "gpu_time_s", "forward_gpu_time_s"),
             ("fwd_host", "host_time_s", "forward_host_time_s"),
@@ -304,14 +316,28 @@ def training_rows(table: pd.DataFrame) -> pd.DataFrame:
     return rows.reset_index(drop=True)
 
 
-def _targets(rows: pd.DataFrame, roof: np.ndarray) -> dict[str, np.ndarray]:
+def base_time_s(roof: np.ndarray, training: np.ndarray, kernel_floor_s: float) -> np.ndarray:
+    """The time GPU time is learnt against: the roofline time plus the shortest kernel,
+    once per pass (the forward, and in training the backward)."""
+    return np.asarray(roof, dtype=float) + kernel_floor_s * np.where(training, 2.0, 1.0)
+
+
+def kernel_floor_s(rows: pd.DataFrame) -> float:
+    """The shortest kernel the samples ran: the :data:`KERNEL_FLOOR_PERCENTILE` th
+    percentile of GPU time per kernel over the samples with kernels (0 if none)."""
+    g, k = rows["gpu_time_s"].to_numpy(float), rows["n_kernels"].to_numpy(float)
+    ok = (g > 0) & (k > 0)
+    return float(np.percentile(g[ok] / k[ok], KERNEL_FLOOR_PERCENTILE)) if ok.any() else 0.0
+
+
+def _targets(rows: pd.DataFrame, roof: np.ndarray, floor_s: float) -> dict[str, np.ndarray]:
     g = rows["gpu_time_s"].to_numpy()
     with np.errstate(divide="ignore", invalid="ignore"):
-        eff = np.where((g > 0) & (roof > 0), roof / g, np.nan)
         training = rows["mode"].to_numpy() == "training"
+        base = base_time_s(roof, training, floor_s)
         share = lambda a, b: np.where(training & (b > 0), a / b, np.nan)  # noqa: E731
         return {
-            "efficiency": np.log(np.clip(eff, 1e-9, 1.0)),
+            "time": np.where((g > 0) & (roof > 0), np.log(g / base), np.nan),
             "kernels": np.log1p(rows["n_kernels"].to_numpy()),
             "host": np.log(rows["host_time_s"].to_numpy() / rows["host_probe_s"].to_numpy()),
             "fwd_gpu": share(rows["forward_gpu_time_s"].to_numpy(), g),
@@ -340,12 +366,15 @@ def _ensemble(fitted: Any) -> TreeEnsemble:
     return TreeEnsemble.from_sklearn(fitted)
 
 
-def fit_family(rows: pd.DataFrame, roof: np.ndarray, make: Any) -> FamilyModel:
-    """One family's regressors (``make()`` gives a fresh unfitted regressor)."""
+def fit_family(
+    rows: pd.DataFrame, roof: np.ndarray, make: Any, kernel_floor_s: float = 0.0
+) -> FamilyModel:
+    """One family's regressors (``make()`` gives a fresh unfitted regressor), GPU time
+    against the base time of ``kernel_floor_s`` (:func:`base_time_s`)."""
     schema = build_schema(rows["op_type"])
     xs = features(rows, schema, roof)
     fits = {}
-    for target, y in _targets(rows, roof).items():
+    for target, y in _targets(rows, roof, kernel_floor_s).items():
         ok = np.isfinite(y)
         if ok.sum() >= 2:
             regressor = make()
@@ -407,9 +436,10 @@ def fit(
     )
     ceil = ceilings(rows, peaks)
     roof = rl.roofline_times_s(list(rows["spec"]), list(rows["mode"]), ceil)
+    floor = kernel_floor_s(rows)
     families = {}
     for name, part in rows.groupby("family"):
-        families[str(name)] = fit_family(part, roof[part.index.to_numpy()], make)
+        families[str(name)] = fit_family(part, roof[part.index.to_numpy()], make, floor)
     p_wait = wait_power_w(rows)
     overhead, node = leaf_overhead(rows)
     model = OpModel(
@@ -418,6 +448,7 @@ def fit(
         gpu=gpu,
         sync_s=float(table["sync_s"].median()) if "sync_s" in table else 0.0,
         kernel_gap_s=KERNEL_GAP_S,
+        kernel_floor_s=floor,
         peaks=peaks,
         ceilings=ceil,
         host_probe_s=float(rows["host_probe_s"].median()),

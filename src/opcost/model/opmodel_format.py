@@ -42,7 +42,8 @@ MANIFEST_FILE = "manifest.json"
 #: Files a manifest may list; the first two it must.
 FILES = (MODEL_FILE, TREES_FILE, METRICS_FILE)
 FORMAT = "opcost op model"
-FORMAT_VERSION = 1
+#: 2: GPU time learnt over a base time with the shortest kernel (``kernel_floor_s``).
+FORMAT_VERSION = 2
 #: The member prefix of the busy-power ensemble in ``trees.npz``.
 POWER = "power"
 RETRAIN = "retrain it (snakemake -f results/op-models/<gpu>/manifest.json)"
@@ -85,6 +86,7 @@ def save_op_model(
         "wait_power_w": model.wait_power_w,
         "sync_s": model.sync_s,
         "kernel_gap_s": model.kernel_gap_s,
+        "kernel_floor_s": model.kernel_floor_s,
         "leaf_overhead_ratio": model.leaf_overhead_ratio,
         "backward_node_ratio": model.backward_node_ratio,
         "families": families,
@@ -203,6 +205,7 @@ def load_op_model(directory: str | Path) -> OpModel:
         meta=dict(doc.get("meta", {})),
         sync_s=float(doc.get("sync_s", 0.0)),
         kernel_gap_s=float(doc.get("kernel_gap_s", 0.0)),
+        kernel_floor_s=float(doc["kernel_floor_s"]),
         leaf_overhead_ratio=float(doc.get("leaf_overhead_ratio", 0.0)),
         backward_node_ratio=float(doc.get("backward_node_ratio", 0.0)),
     )
