@@ -183,3 +183,23 @@ def test_the_unseen_networks_were_traced_eagerly_and_from_a_graph(unseen):
         assert r["graph_time_s"] <= r["wall_time_s"] * 1.02, (r["gpu"], r["model_input"])
         # The graph's kernels are the eager step's: their GPU time agrees within 10 %.
         assert r["graph_gpu_time_s"] == pytest.approx(r["gpu_time_s"], rel=0.1)
+
+
+BLIND = ROOT / "tests" / "data" / "blind_networks" / "traces.tar.gz"
+
+
+def test_the_blind_networks_were_traced_eagerly_and_from_a_graph(tmp_path):
+    # 6 networks x batch 1, 8, 64 x 2 modes on the H100 and the H200 (TF32 on), all run.
+    with tarfile.open(BLIND) as tar:
+        tar.extractall(tmp_path, filter="data")
+    records = [
+        json.loads(p.read_text()) for p in tmp_path.glob("*/default/*/traces/networks/*.json")
+    ]
+    assert len(records) == 6 * 3 * 2 * 2
+    assert {r["gpu"] for r in records} == {"h100", "h200"}
+    for r in records:
+        assert r["status"] == "ok", r["model_input"]
+        assert r["graph_status"] == "ok", r["model_input"]
+        assert 60 < r["graph_power_w"] < 1.1 * 700, r["model_input"]
+        assert r["graph_time_s"] <= r["wall_time_s"] * 1.02, (r["gpu"], r["model_input"])
+        assert r["graph_gpu_time_s"] == pytest.approx(r["gpu_time_s"], rel=0.1)
