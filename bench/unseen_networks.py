@@ -55,14 +55,19 @@ def measured(traces: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def predicted(nets: pd.DataFrame, models: dict) -> pd.DataFrame:
-    tables: dict[str, pd.DataFrame] = {}
+def op_tables(model_inputs: list[str]) -> dict[str, pd.DataFrame]:
+    """Each network's op table (``opcost extract``), extracted once, by its name."""
+    tables = {}
+    for name in model_inputs:
+        model, dims = name.rsplit("_", 1)
+        mi = ModelInput(model, tuple(int(d) for d in dims.split("x")))
+        tables[name] = extract_model_input(mi).assign(model_input=name)
+    return tables
+
+
+def predicted(nets: pd.DataFrame, models: dict, tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     out = []
     for r in nets.itertuples(index=False):
-        if r.model_input not in tables:
-            model, dims = r.model_input.rsplit("_", 1)
-            mi = ModelInput(model, tuple(int(d) for d in dims.split("x")))
-            tables[r.model_input] = extract_model_input(mi).assign(model_input=r.model_input)
         p = replay_networks(
             {r.gpu: models[r.gpu]}, tables[r.model_input], [r.mode], host_probe_s=r.host_probe_s
         ).table.iloc[0]
@@ -78,16 +83,13 @@ def predicted(nets: pd.DataFrame, models: dict) -> pd.DataFrame:
     return t
 
 
-def forest_baseline(t: pd.DataFrame, forests: Path) -> pd.DataFrame:
+def forest_baseline(
+    t: pd.DataFrame, forests: Path, tables: dict[str, pd.DataFrame]
+) -> pd.DataFrame:
     """``forest_time``: what ``opcost predict`` answers with the forests in ``forests``
     (the shipped ones by default), as a miss of the eager step."""
     predictors = load_predictors(forests)
-    ops = pd.concat(
-        [extract_model_input(ModelInput(m, tuple(int(d) for d in dims.split("x")))).assign(
-            model_input=f"{m}_{dims}")
-         for m, dims in (mi.rsplit("_", 1) for mi in t["model_input"].unique())],
-        ignore_index=True,
-    )  # fmt: skip
+    ops = pd.concat([tables[mi] for mi in t["model_input"].unique()], ignore_index=True)
     wanted = {g: predictors[g] for g in t["gpu"].unique() if g in predictors}
     table = predict_networks(wanted, ops).table
     table = table[table["setting"] == "default"].rename(
@@ -148,16 +150,16 @@ def main() -> None:
     parser.add_argument("--op-models", type=Path, default=REPO / "results/op-models")
     parser.add_argument(
         "--forests",
-        type=Path,
-        default=REPO / "src/opcost/predictors",
+        default=str(REPO / "src/opcost/predictors"),
         help="forest predictors to compare eagerly with ('' for none; default: the shipped)",
     )
     parser.add_argument("--csv", type=Path)
     args = parser.parse_args()
     nets = measured(args.traces)
-    t = predicted(nets, load_op_models(args.op_models))
-    if str(args.forests) not in ("", "."):
-        t = forest_baseline(t, args.forests)
+    tables = op_tables(sorted(nets["model_input"].unique()))
+    t = predicted(nets, load_op_models(args.op_models), tables)
+    if args.forests:
+        t = forest_baseline(t, Path(args.forests), tables)
     if args.csv:
         t.to_csv(args.csv, index=False)
     with np.errstate(all="ignore"):

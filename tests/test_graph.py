@@ -160,12 +160,16 @@ def test_with_graphs_the_replay_of_isolated_ops_meets_the_networks(traces, gpu):
 UNSEEN = ROOT / "tests" / "data" / "unseen_networks" / "traces.tar.gz"
 
 
-@pytest.fixture(scope="module")
-def unseen(tmp_path_factory) -> list[dict]:
-    root = tmp_path_factory.mktemp("unseen")
-    with tarfile.open(UNSEEN) as tar:
+def _network_records(tarball: Path, root: Path) -> list[dict]:
+    """The network trace records of a ``{gpu}/default/{mode}/traces/networks`` tarball."""
+    with tarfile.open(tarball) as tar:
         tar.extractall(root, filter="data")
     return [json.loads(p.read_text()) for p in root.glob("*/default/*/traces/networks/*.json")]
+
+
+@pytest.fixture(scope="module")
+def unseen(tmp_path_factory) -> list[dict]:
+    return _network_records(UNSEEN, tmp_path_factory.mktemp("unseen"))
 
 
 def test_the_unseen_networks_were_traced_eagerly_and_from_a_graph(unseen):
@@ -190,11 +194,7 @@ BLIND = ROOT / "tests" / "data" / "blind_networks" / "traces.tar.gz"
 
 def test_the_blind_networks_were_traced_eagerly_and_from_a_graph(tmp_path):
     # 6 networks x batch 1, 8, 64 x 2 modes on the H100 and the H200 (TF32 on), all run.
-    with tarfile.open(BLIND) as tar:
-        tar.extractall(tmp_path, filter="data")
-    records = [
-        json.loads(p.read_text()) for p in tmp_path.glob("*/default/*/traces/networks/*.json")
-    ]
+    records = _network_records(BLIND, tmp_path)
     assert len(records) == 6 * 3 * 2 * 2
     assert {r["gpu"] for r in records} == {"h100", "h200"}
     for r in records:

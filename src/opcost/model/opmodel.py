@@ -118,7 +118,7 @@ class OpModel:
     sync_s: float = 0.0
     #: The device's gap between queued kernels (:func:`opcost.replay.replay`).
     kernel_gap_s: float = 0.0
-    #: The shortest kernel the samples ran (:func:`kernel_floor_s`), part of the base time
+    #: The shortest kernel the samples ran (:func:`shortest_kernel_s`), part of the base time
     #: GPU time is learnt against (:func:`base_time_s`); 0: the roofline time alone.
     kernel_floor_s: float = 0.0
     #: What a leaf input adds to an isolated op's backward host time that a network's call
@@ -322,7 +322,7 @@ def base_time_s(roof: np.ndarray, training: np.ndarray, kernel_floor_s: float) -
     return np.asarray(roof, dtype=float) + kernel_floor_s * np.where(training, 2.0, 1.0)
 
 
-def kernel_floor_s(rows: pd.DataFrame) -> float:
+def shortest_kernel_s(rows: pd.DataFrame) -> float:
     """The shortest kernel the samples ran: the :data:`KERNEL_FLOOR_PERCENTILE` th
     percentile of GPU time per kernel over the samples with kernels (0 if none)."""
     g, k = rows["gpu_time_s"].to_numpy(float), rows["n_kernels"].to_numpy(float)
@@ -436,7 +436,7 @@ def fit(
     )
     ceil = ceilings(rows, peaks)
     roof = rl.roofline_times_s(list(rows["spec"]), list(rows["mode"]), ceil)
-    floor = kernel_floor_s(rows)
+    floor = shortest_kernel_s(rows)
     families = {}
     for name, part in rows.groupby("family"):
         families[str(name)] = fit_family(part, roof[part.index.to_numpy()], make, floor)
