@@ -43,6 +43,7 @@ import numpy as np
 import pandas as pd
 
 from opcost import replay as rp
+from opcost.config import load_schema
 from opcost.model import opmodel
 from opcost.predict_replay import replay_networks
 from opcost.train import TrainConfig, make_regressor
@@ -61,7 +62,14 @@ def load(gpu: str) -> pd.DataFrame:
 
 
 def maker(regressor: str):
-    cfg = TrainConfig(regressor=regressor, n_estimators=100, min_samples_leaf=2)
+    """Fresh regressors as ``snakemake op_models`` makes them (the config schema's
+    ``op_space.model`` defaults), of kind ``regressor``."""
+    model = load_schema()["properties"]["op_space"]["properties"]["model"]["properties"]
+    cfg = TrainConfig(
+        regressor=regressor,
+        n_estimators=model["n_estimators"]["default"],
+        min_samples_leaf=model["min_samples_leaf"]["default"],
+    )
     return lambda: make_regressor(cfg, n_jobs=2)
 
 

@@ -184,7 +184,7 @@ def test_op_model_settings_have_defaults_and_the_default_study_trains_the_shippe
     assert model.config["op_space"]["data"] is None
     assert model.config["op_space"]["model"] == {
         "regressor": "extra_trees",
-        "n_estimators": 100,
+        "n_estimators": 25,
         "min_samples_leaf": 2,
         "holdout_fraction": 0.2,
         "seed": 0,

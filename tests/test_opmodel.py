@@ -43,6 +43,24 @@ def model(h100: pd.DataFrame) -> opmodel.OpModel:
     return opmodel.fit(h100, "h100", _make)
 
 
+def test_gpu_time_and_power_get_the_configured_trees_the_other_targets_a_quarter(
+    model: opmodel.OpModel, h100: pd.DataFrame
+) -> None:
+    # _make asks for 10 trees: GPU time and busy power get 10, host time, kernel counts
+    # and the forward shares max(6, 10 // 4) = 6.
+    for fam in model.families.values():
+        for target, ens in fam.fits.items():
+            assert len(ens.roots) == (10 if target == "time" else 6), target
+    assert len(model.power_fit.roots) == 10
+    many = lambda: make_regressor(TrainConfig(regressor="extra_trees", n_estimators=40), n_jobs=1)  # noqa: E731
+    conv = h100[h100["family"] == "conv"].reset_index(drop=True)
+    fam = opmodel.fit(conv, "h100", many).families["conv"]
+    trees = {t: len(e.roots) for t, e in fam.fits.items()}
+    assert trees.pop("time") == 40
+    assert {"host", "kernels"} <= set(trees)
+    assert set(trees.values()) == {10}
+
+
 def test_ceilings_bound_every_sample(h100: pd.DataFrame, model: opmodel.OpModel) -> None:
     rows = opmodel.training_rows(h100)
     rows = rows[(rows["gpu_time_s"] > 0) & rows["family"].ne("view")]

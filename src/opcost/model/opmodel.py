@@ -55,13 +55,16 @@ NO_KERNEL_FAMILIES = ("view",)
 #: traced Hopper networks and ops (H100 and H200, docs/results.md); the op space does not
 #: measure it.
 KERNEL_GAP_S = 1e-6
-#: Targets fitted with the configured number of trees; the others (kernels per call,
-#: the forward pass's shares) with a quarter of them, which keeps the model files small.
-MAIN_TARGETS = ("time", "host")
+#: Targets fitted with the configured number of trees; the others (host time, kernels per
+#: call, the forward pass's shares) with :data:`AUXILIARY_TREES_DIVISOR` times fewer (at
+#: least :data:`AUXILIARY_MIN_TREES`). Their errors are those of the full forests
+#: (docs/op-space.md, "Model size"), and the model files stay small enough to ship.
+MAIN_TARGETS = ("time",)
 #: The percentile of the samples' time per kernel taken as the shortest kernel a call
 #: costs (``OpModel.kernel_floor_s``): the 1st, which one stray fast sample cannot move.
 KERNEL_FLOOR_PERCENTILE = 1.0
 AUXILIARY_TREES_DIVISOR = 4
+AUXILIARY_MIN_TREES = 6
 #: The feature column of a family model that holds the log of the roofline time.
 LOG_ROOFLINE = "log_roofline_time_s"
 #: The least share of a power window its kernels keep the GPU busy for the window to teach
@@ -379,7 +382,7 @@ def fit_family(
         if ok.sum() >= 2:
             regressor = make()
             if target not in MAIN_TARGETS:
-                _fewer_trees(regressor)
+                _auxiliary(regressor)
             fits[target] = _ensemble(regressor.fit(xs[ok], y[ok]))
     return FamilyModel(schema, fits, sampled_ranges(xs))
 
@@ -396,13 +399,12 @@ def sampled_ranges(xs: pd.DataFrame) -> dict[str, tuple[float, float]]:
     return out
 
 
-def _fewer_trees(regressor: Any) -> None:
-    """A quarter of the trees (at least 10) for a target that varies little: the kernel
-    count and the forward pass's shares."""
+def _auxiliary(regressor: Any) -> None:
+    """Fewer trees for a target other than GPU time (:data:`MAIN_TARGETS`)."""
     for name in ("n_estimators", "max_iter"):
         n = regressor.get_params().get(name)
         if isinstance(n, int):
-            regressor.set_params(**{name: max(10, n // AUXILIARY_TREES_DIVISOR)})
+            regressor.set_params(**{name: max(AUXILIARY_MIN_TREES, n // AUXILIARY_TREES_DIVISOR)})
 
 
 def wait_power_w(rows: pd.DataFrame) -> float:
