@@ -91,10 +91,10 @@ def test_measured_op_models_train_on_the_studys_chunks_and_the_tf32_twins(repo):
     assert wf.op_models_gpus(study) == ["h100", "h200", "h100-notf32", "h200-notf32"]
     # Every round's: round 1's 2,272 configurations in chunks of 250 (10 chunks), then
     # round 2's and round 3's 1,200 each (5 chunks, r2-0 to r2-4 and r3-0 to r3-4),
-    # round 4's 120 (one chunk) and round 5's 480 (two).
+    # round 4's 120 (one chunk), round 5's 480 (two) and round 6's 720 (three).
     names = [
         *map(str, range(10)), *(f"r{r}-{c}" for r in (2, 3) for c in range(5)),
-        "r4-0", "r5-0", "r5-1",
+        "r4-0", "r5-0", "r5-1", "r6-0", "r6-1", "r6-2",
     ]  # fmt: skip
     chunks = [f"results/op-space/raw/{{}}/{c}.parquet" for c in names]
     assert wf.op_model_inputs(study, "h200-notf32") == {

@@ -100,11 +100,14 @@ def test_a_rounds_power_samples_default_to_2_and_round_1s_are_its_own():
 
 def test_a_round_samples_with_the_newest_generator_unless_it_names_one():
     study = load_study(_config([ROUND_2, {**ROUND_2, "generator": 1}]))
-    assert wf.op_space_sampling_params(study)["generator"] == max(opspace.GENERATORS)
+    # The default: generator 2, the newest that fills the space evenly (3 weights grouped
+    # convolutions for an adaptive round).
+    assert wf.op_space_sampling_params(study)["generator"] == 2
     assert wf.op_space_round_params(study, 2)["generator"] == 2
     assert wf.op_space_round_params(study, 3)["generator"] == 1
-    config = _config([{**ROUND_2, "generator": 3}])
-    with pytest.raises(ConfigError, match=r"op_space\.rounds\.0\.generator: 3 is not allowed"):
+    assert max(opspace.GENERATORS) == 3
+    config = _config([{**ROUND_2, "generator": 4}])
+    with pytest.raises(ConfigError, match=r"op_space\.rounds\.0\.generator: 4 is not allowed"):
         load_study(config)
 
 
@@ -204,6 +207,8 @@ def test_the_op_space_config_records_each_rounds_allocation(repo):
         {"samples": dict.fromkeys(sorted(round_2_errors), 10), "power_samples": 10, "generator": 1},
         # Round 5: the convolutions, sampled by generator 2 (docs/op-space.md).
         {"samples": {"conv": 480}, "power_samples": 2, "generator": 2},
+        # Round 6: convolutions, grouped ones 40 % of them (generator 3).
+        {"samples": {"conv": 720}, "power_samples": 2, "generator": 3},
     ]
     study = load_study_file(repo / "config/op-space.yaml")
     samples = study.config["op_space"]["samples"]

@@ -437,9 +437,9 @@ def _no_kernel_in_inference(row):
 
 @pytest.mark.parametrize("gpu", ["h100", "h200"])
 def test_the_committed_measurements_are_sane(gpu):
-    # Round 1, the adaptive rounds 2 and 3, the power round 4 and the convolutions of round
-    # 5 (data/op-space/README.md), each fully measured.
-    rounds = ["samples.parquet", *(f"samples-r{r}.parquet" for r in (2, 3, 4, 5))]
+    # Round 1, the adaptive rounds 2 and 3, the power round 4 and the convolutions of rounds
+    # 5 and 6 (data/op-space/README.md), each fully measured.
+    rounds = ["samples.parquet", *(f"samples-r{r}.parquet" for r in (2, 3, 4, 5, 6))]
     samples = pd.concat([pd.read_parquet(DATA / r) for r in rounds], ignore_index=True)
     table = _measured(gpu)
     assert (table["status"] == "ok").all()
@@ -572,8 +572,26 @@ def test_generator_2_samples_small_maps_and_grouped_convolutions_as_networks_bui
     assert opspace.sample(counts, seed=0, generator=1)["op_id"].tolist() == (
         opspace.sample(counts, seed=0, generator=2)["op_id"].tolist()
     )
-    with pytest.raises(opspace.OpSpaceError, match="generator 3"):
-        opspace.sample({"conv": 1}, generator=3)
+    with pytest.raises(opspace.OpSpaceError, match="generator 4"):
+        opspace.sample({"conv": 1}, generator=4)
+
+
+def test_generator_3_samples_grouped_convolutions_more_often_as_networks_build_them():
+    two = _conv_attrs(opspace.sample({"conv": 400}, seed=0, generator=2))
+    three = _conv_attrs(opspace.sample({"conv": 400}, seed=0, generator=3))
+
+    def grouped(convs):
+        return [a for a, _ in convs if 1 < a["groups"] < a["in_channels"]]
+
+    # Quantiles of the kind: grouped above 0.85 (generator 2), above 0.6 (generator 3).
+    assert 0.10 < len(grouped(two)) / 400 < 0.20
+    assert 0.33 < len(grouped(three)) / 400 < 0.47
+    per_group = {a["in_channels"] // a["groups"] for a in grouped(three)}
+    assert per_group == {4, 8, 16, 24, 32, 48, 64}
+    for a in grouped(three):
+        assert a["out_channels"] in (a["in_channels"], 2 * a["in_channels"])
+    # Maps of 1-224, as generator 2.
+    assert min(shape[2] for _, shape in three) == 1
 
 
 def _shapes(table):
@@ -589,7 +607,7 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     generator version a round names keeps it as measured."""
     study = load_study_file(REPO / "config/op-space.yaml")
     rounds = wf.op_space_round_counts(study)
-    assert len(rounds) == 5
+    assert len(rounds) == 6
     for r in range(2, len(rounds) + 1):
         params = wf.op_space_round_params(study, r)
         committed = pd.read_parquet(DATA / f"samples-r{r}.parquet")
@@ -601,6 +619,7 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
         # ``bias``): the configurations are compared by their types and tensor shapes.
         assert _shapes(again) == _shapes(committed), r
     assert wf.op_space_round_params(study, 5)["generator"] == 2
+    assert wf.op_space_round_params(study, 6)["generator"] == 3
     assert wf.op_space_sampling_params(study)["generator"] == 1
 
 
