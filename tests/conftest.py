@@ -121,3 +121,28 @@ def predictors(tmp_path_factory: pytest.TempPathFactory) -> Path:
     rows = op_rows(pd.read_parquet(DATA / "h100" / "dataset" / "h100.parquet"))
     save_predictor(fit_predictor(rows, TrainConfig(n_estimators=10), "h100"), root / "h100")
     return root
+
+
+@pytest.fixture(scope="session")
+def op_models(tmp_path_factory) -> Path:
+    """Small op models of two configurations (h100 and a copy on a slower stream)."""
+    import glob
+
+    from opcost.model import opmodel
+    from opcost.model.opmodel_format import save_op_model
+    from opcost.train import TrainConfig, make_regressor
+
+    files = sorted(
+        glob.glob(
+            str(Path(__file__).resolve().parents[1] / "data" / "op-space" / "h100" / "*.parquet")
+        )
+    )
+    table = opmodel.read_chunks(files)
+    table = table.groupby("family", group_keys=False).head(30).reset_index(drop=True)
+    cfg = TrainConfig(regressor="extra_trees", n_estimators=4)
+    model = opmodel.fit(table, "h100", lambda: make_regressor(cfg, n_jobs=1))
+    root = tmp_path_factory.mktemp("op-models")
+    save_op_model(model, root / "h100", sources=files)
+    slow = opmodel.OpModel(**{**model.__dict__, "gpu": "slow", "kernel_gap_s": 1e-3})
+    save_op_model(slow, root / "slow", sources=files)
+    return root

@@ -134,13 +134,21 @@ def test_snakemake_dry_run_of_a_workflow_copy_with_the_installed_package(install
 
 
 @pytest.mark.slow
-def test_the_installed_package_answers_with_its_shipped_predictors(installed, tmp_path):
-    """Right after `pip install`, in an empty directory: the predictors shipped as
-    package data answer, for the four shipped GPU configurations."""
-    done = _run([str(installed / "bin" / "opcost"), "gpus", "--format", "json"], tmp_path)
+@pytest.mark.parametrize("forests", [False, True])
+def test_the_installed_package_answers_with_its_shipped_predictors(installed, tmp_path, forests):
+    """Right after `pip install` of the wheel, in an empty directory: the forests shipped
+    as package data answer, for the four shipped GPU configurations; without --forests
+    after one line saying that there are no op models (a wheel carries no op-space data
+    to build them from)."""
+    argv = [str(installed / "bin" / "opcost"), "gpus", "--format", "json"]
+    done = _run([*argv, *(["--forests"] if forests else [])], tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     import json
 
+    from opcost.cli.predict import NO_OP_MODELS
+
+    assert (NO_OP_MODELS in done.stderr) == (not forests)
     doc = json.loads(done.stdout)
+    assert doc["source"] == "shipped with opcost, from the data in data/"
     assert Path(doc["directory"]).is_relative_to(installed)
     assert [g["gpu"] for g in doc["gpus"]] == ["h100", "h100-notf32", "h200", "h200-notf32"]

@@ -409,6 +409,18 @@ def op_space_data_chunks(data: str | Path, gpu: str) -> list[str]:
     return [str(p) for p in sorted(Path(data, gpu).glob("*.parquet"), key=_chunk_order)]
 
 
+def op_space_data_inputs(data: str | Path, gpu: str) -> dict[str, list[str]]:
+    """The chunk tables the op models of ``gpu`` are trained on from an op-space data
+    directory: its own (``chunks``) and its TF32-on twin's (``twin``,
+    :func:`opcost.model.opmodel.twin_of`; empty for none)."""
+    stamp = tuple(Path(p).stat().st_mtime_ns for p in sorted(Path(data).glob("*/*.parquet")))
+    twin = _op_space_data_twin(str(data), gpu, stamp)
+    return {
+        "chunks": op_space_data_chunks(data, gpu),
+        "twin": op_space_data_chunks(data, twin) if twin else [],
+    }
+
+
 @cache
 def _op_space_data_twin(data: str, gpu: str, stamp: tuple[int, ...]) -> str | None:
     from opcost.config import op_space_data_gpus
@@ -446,13 +458,7 @@ def op_model_inputs(study: Study, gpu: str) -> dict[str, list[str]]:
     (``results/op-space/raw``; the twin: :func:`tf32_twin`)."""
     data = study.config["op_space"]["data"]
     if data is not None:
-        chunks = op_space_data_chunks(data, gpu)
-        stamp = tuple(Path(p).stat().st_mtime_ns for p in sorted(Path(data).glob("*/*.parquet")))
-        twin = _op_space_data_twin(str(data), gpu, stamp)
-        return {
-            "chunks": chunks,
-            "twin": op_space_data_chunks(data, twin) if twin else [],
-        }
+        return op_space_data_inputs(data, gpu)
 
     def measured(name: str) -> list[str]:
         return [f"results/op-space/raw/{name}/{c}.parquet" for c in op_space_chunk_names(study)]

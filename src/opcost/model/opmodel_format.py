@@ -233,3 +233,26 @@ def load_op_models(root: str | Path) -> dict[str, OpModel]:
             f"{root}: holds no op model (no */{MANIFEST_FILE}); train first (snakemake op_models)"
         )
     return {m.gpu: m for m in _starmap_threads(load_op_model, [(d,) for d in dirs])}
+
+
+def held_out_scores(root: str | Path) -> dict[str, dict[str, Any]]:
+    """Per GPU configuration under ``root`` (as :func:`load_op_models` finds them), the
+    held-out errors over all families its ``metrics.json`` records (``all``); a
+    configuration without one is left out."""
+    root = Path(root)
+    dirs = (
+        [root]
+        if (root / MANIFEST_FILE).is_file()
+        else sorted(p.parent for p in root.glob(f"*/{MANIFEST_FILE}"))
+    )
+    out = {}
+    for directory in dirs:
+        path = directory / METRICS_FILE
+        try:
+            scores = json.loads(path.read_bytes()).get("all")
+            gpu = json.loads((directory / MODEL_FILE).read_bytes()).get("gpu", directory.name)
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(scores, dict):
+            out[str(gpu)] = scores
+    return out

@@ -1,13 +1,21 @@
-"""Which predictors answer: those given, the study's own, or those shipped with opcost.
+"""Which models answer: those given, the study's own, or those shipped with opcost.
 
-The shipped predictors (``opcost/predictors/{gpu}``, package data) are built by the
-pipeline from the real H100 and H200 measurements in data/ (``snakemake
-ready_made_predictors`` on the default config): the same files ``rule train`` writes,
-data only, checked against their manifest when loaded.
+Two kinds, each one subdirectory per GPU configuration: the op models that
+``opcost predict`` replays by default (``results/op-models``, :mod:`opcost.model.opmodel`)
+and the thesis's forests (``results/predictors``, :mod:`opcost.model.predictor`).
+
+Where no op models are given or at hand, they are built once from the op-space data of
+the opcost checkout the package runs from (``data/op-space``) and cached
+(:mod:`opcost.model.op_model_cache`): 11 MB a configuration, too large to ship. The
+shipped forests (``opcost/predictors/{gpu}``, package data) are built by the pipeline
+from the real H100 and H200 measurements in data/ (``snakemake ready_made_predictors``
+on the default config): the same files ``rule train`` writes, data only, checked against
+their manifest when loaded.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +28,11 @@ from opcost.model.predictor import Predictor
 SHIPPED = Path(__file__).resolve().parents[1] / "predictors"
 #: A study's own predictors, relative to its working directory.
 STUDY = Path("results/predictors")
+#: A study's own op models, relative to its working directory.
+STUDY_OP_MODELS = Path("results/op-models")
+#: The op-space data of the opcost checkout this package runs from (an editable
+#: install), from which op models are built where none are at hand.
+CHECKOUT_OP_SPACE = Path(__file__).resolve().parents[3] / "data" / "op-space"
 
 
 @dataclass(frozen=True)
@@ -35,7 +48,7 @@ def _holds_predictors(directory: Path) -> bool:
 
 
 def predictor_source(given: str | Path | None = None) -> PredictorSource:
-    """The predictors that answer: ``given`` (``--predictors``), else the study's own
+    """The forests that answer: ``given`` (``--predictors``), else the study's own
     ``results/predictors`` in the working directory where it holds any, else the shipped.
 
     Raises:
@@ -51,6 +64,25 @@ def predictor_source(given: str | Path | None = None) -> PredictorSource:
         f"no predictors: none in {STUDY} and none shipped with this opcost; train them "
         "(snakemake) or pass --predictors DIR"
     )
+
+
+def op_model_source(
+    given: str | Path | None = None, log: Callable[[str], None] = lambda line: None
+) -> PredictorSource | None:
+    """The op models that answer: ``given`` (``--op-models``), else the study's own
+    ``results/op-models`` in the working directory where it holds any, else those built
+    from :data:`CHECKOUT_OP_SPACE` (cached; ``log`` says when they are built); None
+    where there is no such data (a package installed without its checkout)."""
+    if given is not None:
+        return PredictorSource(Path(given), str(given))
+    if _holds_predictors(STUDY_OP_MODELS):
+        return PredictorSource(STUDY_OP_MODELS, f"this study's, {STUDY_OP_MODELS}")
+    if not any(CHECKOUT_OP_SPACE.glob("*/*.parquet")):
+        return None
+    from opcost.model.op_model_cache import cached_op_models
+
+    directory = cached_op_models(CHECKOUT_OP_SPACE, log)
+    return PredictorSource(directory, f"built from the op-space data in {CHECKOUT_OP_SPACE}")
 
 
 def provenance(predictor: Predictor) -> dict[str, Any]:
