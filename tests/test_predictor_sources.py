@@ -175,12 +175,21 @@ def test_predict_builds_the_op_models_once_and_replays_them(capsys, checkout, op
     assert "building" not in err
 
 
-def test_the_cache_key_follows_the_data(op_space, tmp_path):
+def test_the_cache_key_follows_the_data_and_the_code(op_space, tmp_path, monkeypatch):
     other = tmp_path / "other"
     shutil.copytree(op_space, other)
     assert op_model_cache.key(other) == op_model_cache.key(op_space)
     (other / "h200" / "r4-0.parquet").unlink()
     assert op_model_cache.key(other) != op_model_cache.key(op_space)
+    # A change to the code that trains them (here the model's roofline module).
+    before = op_model_cache.key(op_space)
+    package = tmp_path / "opcost"
+    shutil.copytree(op_model_cache._PACKAGE, package, ignore=shutil.ignore_patterns("*.pyc"))
+    monkeypatch.setattr(op_model_cache, "_PACKAGE", package)
+    assert op_model_cache.key(op_space) == before
+    with open(package / "model" / "roofline.py", "a") as f:
+        f.write("\n# changed\n")
+    assert op_model_cache.key(op_space) != before
 
 
 def test_the_cache_keeps_the_newest_sets_of_op_models(checkout, op_space):
