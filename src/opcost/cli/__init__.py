@@ -15,10 +15,11 @@
 A model is a torchvision model name (built without weights) or a user's import path
 ``package.module:factory``. ``opcost predict`` replays the network's calls from the op
 models (:mod:`opcost.predict_replay`): those of ``--op-models DIR``, else the study's
-``results/op-models``, else those shipped with opcost. With ``--forests`` (or
-``--predictors DIR``) it sums the thesis's forests' per-op predictions instead: those of
-``--predictors DIR``, else ``results/predictors``, else the shipped
-(:mod:`opcost.model.sources`). Either says which answered. The op table of a torchvision
+``results/op-models``, else those built once from the checkout's ``data/op-space`` and
+cached (:mod:`opcost.model.op_model_cache`). With ``--forests`` (or ``--predictors
+DIR``), or where no op models can be had, it sums the thesis's forests' per-op
+predictions instead: those of ``--predictors DIR``, else ``results/predictors``, else the
+shipped (:mod:`opcost.model.sources`). Either says which answered. The op table of a torchvision
 model is cached (:mod:`opcost.opcache`), so that predicting it again imports no torch.
 ``opcost --version`` prints the installed version; each command's ``--help`` ends with
 examples. Errors end with a one-line message on stderr and exit code 2.
@@ -224,7 +225,8 @@ def _source_options(parser: argparse.ArgumentParser) -> None:
         type=Path,
         help="directory of op models, one subdirectory per GPU configuration, whose "
         "replay of the network's calls answers (default: results/op-models where it "
-        "holds any, else those shipped with opcost; 'snakemake op_models' builds them)",
+        "holds any, else those built once from this opcost checkout's data/op-space and "
+        "cached in ~/.cache/opcost/op-models; without either, the forests answer)",
     )
     parser.add_argument(
         "--forests",
