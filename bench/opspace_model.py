@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 
 from opcost import replay as rp
-from opcost.config import load_schema
+from opcost.config import schema_defaults
 from opcost.model import opmodel
 from opcost.predict_replay import replay_networks
 from opcost.train import TrainConfig, make_regressor
@@ -64,11 +64,11 @@ def load(gpu: str) -> pd.DataFrame:
 def maker(regressor: str):
     """Fresh regressors as ``snakemake op_models`` makes them (the config schema's
     ``op_space.model`` defaults), of kind ``regressor``."""
-    model = load_schema()["properties"]["op_space"]["properties"]["model"]["properties"]
+    model = schema_defaults("op_space", "model")
     cfg = TrainConfig(
         regressor=regressor,
-        n_estimators=model["n_estimators"]["default"],
-        min_samples_leaf=model["min_samples_leaf"]["default"],
+        n_estimators=model["n_estimators"],
+        min_samples_leaf=model["min_samples_leaf"],
     )
     return lambda: make_regressor(cfg, n_jobs=2)
 

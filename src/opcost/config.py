@@ -121,9 +121,12 @@ def load_schema(path: Path = SCHEMA_PATH) -> dict[str, Any]:
         return yaml.safe_load(f)
 
 
-def schema_defaults(section: str) -> dict[str, Any]:
-    """The config schema's defaults of one top-level section (``train``, ...), by key."""
+def schema_defaults(section: str, *nested: str) -> dict[str, Any]:
+    """The config schema's defaults of one top-level section (``train``, ...), or of an
+    object within it (``schema_defaults("op_space", "model")``), by key."""
     properties = load_schema()["properties"][section]["properties"]
+    for name in nested:
+        properties = properties[name]["properties"]
     return {key: prop["default"] for key, prop in properties.items() if "default" in prop}
 
 

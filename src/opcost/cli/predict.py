@@ -88,6 +88,33 @@ def _best_parts(best: pd.DataFrame, criteria: Sequence[str], with_setting: bool)
     return parts
 
 
+#: The table of a network's predictions: per shown column, its heading, the prediction
+#: column and the factor numbers are shown at (None: the values as they are).
+FOREST_COLUMNS = (
+    ("mode", "mode", None), ("gpu", "gpu", None), ("setting", "setting", None),
+    ("time_ms", "time_s", 1e3), ("power_w", "power_w", 1), ("energy_j", "energy_j", 1),
+    ("edp_js", "edp_js", 1),
+)  # fmt: skip
+REPLAY_COLUMNS = (
+    ("mode", "mode", None), ("gpu", "gpu", None), ("time_ms", "time_s", 1e3),
+    ("host_ms", "host_time_s", 1e3), ("gpu_ms", "gpu_busy_s", 1e3), ("pace", "bound", None),
+    ("power_w", "power_w", 1), ("energy_j", "energy_j", 1), ("graph_ms", "graph_time_s", 1e3),
+    ("graph_j", "graph_energy_j", 1),
+)  # fmt: skip
+
+
+def _shown(group: pd.DataFrame, columns: Sequence[tuple[str, str, float | None]]) -> str:
+    """One network's rows as the table shows them (``columns``: :data:`FOREST_COLUMNS`,
+    :data:`REPLAY_COLUMNS`), numbers to 4 significant digits, then the ``best`` marks."""
+    show = {
+        heading: group[column]
+        if factor is None
+        else group[column].map(lambda v, f=factor: _fmt(None if v is None else v * f))
+        for heading, column, factor in columns
+    }
+    return pd.DataFrame({**show, "best": _best_marks(group)}).to_string(index=False)
+
+
 def _render_table(result: Any, predictors: dict[str, Any], source: str) -> str:
     from opcost.model.sources import provenance_line
 
@@ -97,19 +124,7 @@ def _render_table(result: Any, predictors: dict[str, Any], source: str) -> str:
     table = result.table
     for network, group, n_ops, n_calls, heading in _networks(table):
         lines.append(heading)
-        show = pd.DataFrame(
-            {
-                "mode": group["mode"],
-                "gpu": group["gpu"],
-                "setting": group["setting"],
-                "time_ms": group["time_s"].map(lambda v: _fmt(v * 1e3)),
-                "power_w": group["power_w"].map(lambda v: _fmt(v)),
-                "energy_j": group["energy_j"].map(lambda v: _fmt(v)),
-                "edp_js": group["edp_js"].map(lambda v: _fmt(v)),
-                "best": _best_marks(group),
-            }
-        )
-        lines += ["", show.to_string(index=False), ""]
+        lines += ["", _shown(group, FOREST_COLUMNS), ""]
         best = result.best[result.best["network"] == network]
         for mode, b in best.groupby("mode", sort=False):
             parts = _best_parts(b, ("time", "energy", "edp"), with_setting=True)
@@ -244,22 +259,7 @@ def _render_replay(
     table = result.table
     for network, group, n_ops, n_calls, heading in _networks(table):
         lines.append(heading)
-        show = pd.DataFrame(
-            {
-                "mode": group["mode"],
-                "gpu": group["gpu"],
-                "time_ms": group["time_s"].map(lambda v: _fmt(v * 1e3)),
-                "host_ms": group["host_time_s"].map(lambda v: _fmt(v * 1e3)),
-                "gpu_ms": group["gpu_busy_s"].map(lambda v: _fmt(v * 1e3)),
-                "pace": group["bound"],
-                "power_w": group["power_w"].map(lambda v: _fmt(v)),
-                "energy_j": group["energy_j"].map(lambda v: _fmt(v)),
-                "graph_ms": group["graph_time_s"].map(lambda v: _fmt(v * 1e3)),
-                "graph_j": group["graph_energy_j"].map(lambda v: _fmt(v)),
-                "best": _best_marks(group),
-            }
-        )
-        lines += ["", show.to_string(index=False), ""]
+        lines += ["", _shown(group, REPLAY_COLUMNS), ""]
         lines.append("graph_ms, graph_j: run from a CUDA graph, without the host's share")
         best = result.best[result.best["network"] == network]
         for mode, b in best.groupby("mode", sort=False):
@@ -325,13 +325,18 @@ NO_OP_MODELS = (
 )
 
 
+def _forests_asked(args: argparse.Namespace) -> bool:
+    """Whether the command line asks for the forests: ``--forests`` or ``--predictors DIR``."""
+    return args.forests or args.predictors is not None
+
+
 def _op_models(args: argparse.Namespace) -> Any:
     """The op models' source (:func:`opcost.model.sources.op_model_source`), None where
-    the forests answer: ``--forests`` or ``--predictors DIR``, or no op models to be had
-    (said on stderr). Refuses options of the one given to the other."""
+    the forests answer: :func:`_forests_asked`, or no op models to be had (said on
+    stderr). Refuses options of the one given to the other."""
     from opcost.model.sources import op_model_source
 
-    forests = args.forests or args.predictors is not None
+    forests = _forests_asked(args)
     if forests and args.op_models is not None:
         raise CliError("give --predictors or --forests (forests) or --op-models (replay), not both")
     if forests:
@@ -347,7 +352,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         raise CliError("give either --model (with --input) or --ops FILE")
     if args.model is not None and args.input is None:
         raise CliError("--model needs --input, e.g. --input 32,3,224,224")
-    if args.host_probe_ms is not None and (args.forests or args.predictors is not None):
+    if args.host_probe_ms is not None and _forests_asked(args):
         raise CliError("--host-probe-ms is for the op models' replay; the forests know no host")
     source = _op_models(args)
     if source is None:

@@ -58,7 +58,7 @@ def cached_op_models(data: Path, log: Callable[[str], None] = lambda line: None)
     subdirectory per GPU configuration): from the cache, else built now (module
     docstring), with the default config's ``op_space.model`` settings."""
     from opcost import op_models_job
-    from opcost.config import op_space_data_gpus
+    from opcost.config import op_space_data_gpus, schema_defaults
     from opcost.model.opmodel_format import MANIFEST_FILE
     from opcost.workflow import op_space_data_inputs
 
@@ -66,7 +66,7 @@ def cached_op_models(data: Path, log: Callable[[str], None] = lambda line: None)
     gpus = op_space_data_gpus(data)
     if all((target / gpu / MANIFEST_FILE).is_file() for gpu in gpus):
         return target
-    settings = _model_defaults()
+    settings = schema_defaults("op_space", "model")
     staging = target.with_name(f".{target.name}.{os.getpid()}.partial")
     shutil.rmtree(staging, ignore_errors=True)
     log(f"building the op models from {data} once (about 45 s on 2 cores); cached in {target}")
@@ -98,11 +98,3 @@ def _prune(keep: Path) -> None:
     built.sort(key=lambda p: (p == keep, p.stat().st_mtime), reverse=True)
     for old in built[KEPT:]:
         shutil.rmtree(old, ignore_errors=True)
-
-
-def _model_defaults() -> dict:
-    """The config schema's defaults of ``op_space.model``."""
-    from opcost.config import load_schema
-
-    model = load_schema()["properties"]["op_space"]["properties"]["model"]["properties"]
-    return {name: prop["default"] for name, prop in model.items() if "default" in prop}

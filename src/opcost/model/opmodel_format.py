@@ -211,6 +211,15 @@ def load_op_model(directory: str | Path) -> OpModel:
     )
 
 
+def _model_dirs(root: Path) -> list[Path]:
+    """The op-model directories under ``root``: ``root`` itself where it holds one, else
+    its subdirectories that do (a manifest or a model file marks one)."""
+    marks = (MANIFEST_FILE, MODEL_FILE)
+    if any((root / m).is_file() for m in marks):
+        return [root]
+    return sorted({p.parent for m in marks for p in root.glob(f"*/{m}")})
+
+
 def load_op_models(root: str | Path) -> dict[str, OpModel]:
     """Every op model under ``root`` (one subdirectory per GPU configuration, or ``root``
     itself).
@@ -223,11 +232,7 @@ def load_op_models(root: str | Path) -> dict[str, OpModel]:
         raise PredictorError(
             f"{root}: no such op-model directory; train first (snakemake op_models)"
         )
-    marks = (MANIFEST_FILE, MODEL_FILE)
-    if any((root / m).is_file() for m in marks):
-        dirs = [root]
-    else:
-        dirs = sorted({p.parent for m in marks for p in root.glob(f"*/{m}")})
+    dirs = _model_dirs(root)
     if not dirs:
         raise PredictorError(
             f"{root}: holds no op model (no */{MANIFEST_FILE}); train first (snakemake op_models)"
@@ -239,14 +244,8 @@ def held_out_scores(root: str | Path) -> dict[str, dict[str, Any]]:
     """Per GPU configuration under ``root`` (as :func:`load_op_models` finds them), the
     held-out errors over all families its ``metrics.json`` records (``all``); a
     configuration without one is left out."""
-    root = Path(root)
-    dirs = (
-        [root]
-        if (root / MANIFEST_FILE).is_file()
-        else sorted(p.parent for p in root.glob(f"*/{MANIFEST_FILE}"))
-    )
     out = {}
-    for directory in dirs:
+    for directory in _model_dirs(Path(root)):
         path = directory / METRICS_FILE
         try:
             scores = json.loads(path.read_bytes()).get("all")
