@@ -330,3 +330,60 @@ def test_a_networks_kernel_totals_come_from_its_unannotated_pass(monkeypatch):
     assert record["n_kernels"] == statistics.median(s.n_kernels for s in plain_steps)
     assert record["traced_host_time_s"] == statistics.median(s.host_s for s in annotated_steps)
     assert record["breakdown"] == [True]
+
+
+@pytest.mark.parametrize(
+    ("kernels", "calls", "steps"),
+    [
+        (1, None, 8),  # an op in inference: 8 steps of one kernel
+        (100, None, 5),  # 512 launches // 100 kernels
+        (2000, None, 1),  # a network step fills the queue alone: at least one step
+        (1, 1, 8),  # one call per step: the calls allow 8 steps
+        (3, 16, 1),  # a training chain of 16 calls: one step holds more than 8 calls
+        (2, 3, 3),  # ceil(8 / 3) steps of 3 calls hold 9 calls
+        (200, 2, 2),  # the launches allow 2 steps, the calls 4
+    ],
+)
+def test_host_burst_holds_as_few_steps_as_keep_the_queue_short_and_hold_eight_calls(
+    kernels, calls, steps
+):
+    from opcost import tracing
+
+    assert tracing.host_burst_steps(kernels, calls) == steps
+
+
+def test_a_training_ops_trace_bursts_one_chain_step_and_times_a_short_loop(tmp_path):
+    """A training op's step is a chain of calls: its host bursts are one step each; an
+    op's timed loop is the short one."""
+    import torch
+
+    from opcost import harness, profile, tracing
+    from opcost import spec as specs
+    from opcost.config import GpuConfig
+    from opcost.names import parse_setting
+
+    linear, x = torch.nn.Linear(8, 8), torch.randn(4, 8)
+    spec = specs.make_spec(
+        "module",
+        specs.qualified_name(type(linear)),
+        (x,),
+        {},
+        linear(x),
+        attrs=specs.module_attrs(linear),
+    )
+    gpu = GpuConfig("local", "cpu", True, "float32", (parse_setting("default"),), None, None)
+    record = tracing.trace_job(
+        kind="op",
+        gpu=gpu,
+        setting=parse_setting("default"),
+        mode="training",
+        profile_config=dict(profile.profile_defaults()),
+        json_path=tmp_path / "op.json",
+        spec=spec,
+        op_id="x",
+    )
+    assert record["status"] == "ok", record.get("failure_reason")
+    assert record["calls_per_step"] == harness.TRAINING_CHAIN_CALLS
+    assert record["host_burst_steps"] == 1
+    # The loop runs whole blocks until the window is full: past it by less than a block.
+    assert tracing.OP_WALL_WINDOW_S <= record["trace_cost_s"]["wall"] < tracing.WALL_WINDOW_S

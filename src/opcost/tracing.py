@@ -7,10 +7,11 @@ A trace job (:func:`trace_job`) builds the same workload as the profiling job
    steps issued back to back right after a synchronisation, as few as keep the launch
    queue from filling (so the host never waits for the device), median of
    ``HOST_REPEATS``; in training also the forward pass alone;
-2. **wall time**: the time per step of a short timed loop (``WALL_WINDOW_S``), the
-   profiling job's algorithm on a shorter window, so an op's and its network's wall,
-   host and GPU times all come from one run on one host; it runs before the trace, so
-   that the traced steps find the GPU at its clocks;
+2. **wall time**: the time per step of a short timed loop (``WALL_WINDOW_S`` for a
+   network, ``OP_WALL_WINDOW_S`` for an op), the profiling job's algorithm on a shorter
+   window, so an op's and its network's wall, host and GPU times all come from one run
+   on one host; it runs before the trace, so that the traced steps find the GPU at its
+   clocks;
 3. **a trace**: ``TRACE_STEPS`` steps under ``torch.profiler`` (Kineto/CUPTI), each
    annotated (``opcost.step``, ``opcost.forward``, ``opcost.backward``), from which
    :mod:`opcost.kineto` takes each step's kernel time and kernels. A network is traced a
@@ -60,7 +61,14 @@ HOST_REPEATS = 11
 #: launch queue holds about a thousand; a full one would make the host wait).
 HOST_BURST_STEPS = 8
 HOST_BURST_LAUNCHES = 512
+#: Op calls a burst needs at most: a training chain's step of 16 calls is a burst alone.
+HOST_BURST_CALLS = 8
+#: Timed loop of a network, and of an op (which the profiling job of the same run times
+#: over its power window: the trace job's loop warms the GPU up and gives the plain sum).
 WALL_WINDOW_S = 0.1
+OP_WALL_WINDOW_S = 0.02
+#: The timed loop's warm-up, a share of its window (after ``WARMUP_STEPS`` steps).
+WALL_WARMUP_SHARE = 0.2
 WARMUP_STEPS = 3
 #: Timed window of a CUDA-graph network with an energy counter (without one, WALL_WINDOW_S).
 GRAPH_WINDOW_S = 1.0
@@ -283,9 +291,11 @@ def trace_workload(
     opts: harness.HarnessOptions,
     annotator: CallAnnotator | None = None,
     keep_trace: Path | None = None,
+    wall_window_s: float = WALL_WINDOW_S,
 ) -> dict[str, Any]:
     """Host, wall and kernel times of ``workload`` on this host (module docstring);
-    ``keep_trace``: where to write the profiler's trace too (gzipped JSON)."""
+    ``keep_trace``: where to write the profiler's trace too (gzipped JSON);
+    ``wall_window_s``: the timed loop's window."""
     device = torch.device(opts.device)
     calls = workload.calls_per_step
     with workload.context(), harness._no_cyclic_gc():
@@ -293,8 +303,11 @@ def trace_workload(
             workload.step()
         harness._sync(device)
     # The timed loop first: it also brings the GPU to its clocks for the traced steps.
+    warmup_s = WALL_WARMUP_SHARE * wall_window_s
     t0 = time.perf_counter()
-    wall = harness.measure(workload, replace(opts, min_run_time_s=WALL_WINDOW_S, warmup_s=0.02))
+    wall = harness.measure(
+        workload, replace(opts, min_run_time_s=wall_window_s, warmup_s=warmup_s)
+    )
     t1 = time.perf_counter()
     # Kernel time and kernels from steps run as the network runs. A network's calls are
     # annotated in a second pass: its TorchFunctionMode makes modules with a fused fast
@@ -310,7 +323,7 @@ def trace_workload(
     spans = steps if annotator is None else kineto.steps(annotated)
     if device.type == "cuda" and not any(s.n_kernels for s in steps):
         check_profiler_sees_kernels(opts.device)  # no kernels: a view, or a blind profiler
-    burst = host_burst_steps(statistics.median(s.n_kernels for s in steps))
+    burst = host_burst_steps(statistics.median(s.n_kernels for s in steps), calls)
     t3 = time.perf_counter()
     host, host_fwd = _host_times(workload, device, burst)
     probe = host_probe_s(opts.device)
@@ -383,10 +396,14 @@ def graph_figures(
     }
 
 
-def host_burst_steps(kernels_per_step: float) -> int:
+def host_burst_steps(kernels_per_step: float, calls_per_step: int | None = None) -> int:
     """Steps per host-time burst: up to ``HOST_BURST_STEPS``, as many as keep the burst's
-    launches within ``HOST_BURST_LAUNCHES`` (at least 1)."""
-    return max(1, min(HOST_BURST_STEPS, int(HOST_BURST_LAUNCHES // max(kernels_per_step, 1))))
+    launches within ``HOST_BURST_LAUNCHES``, and with ``calls_per_step`` given, no more
+    than hold ``HOST_BURST_CALLS`` calls (at least 1)."""
+    steps = min(HOST_BURST_STEPS, int(HOST_BURST_LAUNCHES // max(kernels_per_step, 1)))
+    if calls_per_step is not None:
+        steps = min(steps, -(-HOST_BURST_CALLS // max(calls_per_step, 1)))
+    return max(1, steps)
 
 
 def kernel_figures(steps: list[kineto.StepSummary], calls: int) -> dict[str, float]:
@@ -578,7 +595,9 @@ def _trace(
     kind: str, spec: dict[str, Any] | None, model_input: Any, opts: harness.HarnessOptions
 ) -> dict[str, Any]:
     if kind == "op":
-        return trace_workload(harness.prepare_op(spec, opts), opts)
+        return trace_workload(
+            harness.prepare_op(spec, opts), opts, wall_window_s=OP_WALL_WINDOW_S
+        )
     from opcost.extract import build_model
 
     net = build_model(model_input.model)
