@@ -387,3 +387,120 @@ def test_a_training_ops_trace_bursts_one_chain_step_and_times_a_short_loop(tmp_p
     assert record["host_burst_steps"] == 1
     # The loop runs whole blocks until the window is full: past it by less than a block.
     assert tracing.OP_WALL_WINDOW_S <= record["trace_cost_s"]["wall"] < tracing.WALL_WINDOW_S
+
+
+def test_host_bursts_pair_each_bursts_host_time_with_its_wall_time():
+    """A burst's wall time runs from its start to the synchronisation that ends it, so it
+    holds the burst's host time: on the CPU, a step that sleeps 2 ms takes 2 ms of host
+    time and as much wall time, and no burst's wall time is below its host time."""
+    import contextlib
+    import time
+    import types
+
+    import torch
+
+    from opcost import tracing
+
+    workload = types.SimpleNamespace(
+        forward_pass=None,
+        backward_pass=None,
+        step=lambda: time.sleep(2e-3),
+        context=contextlib.nullcontext,
+    )
+    bursts = tracing._host_times(workload, torch.device("cpu"), burst=3, repeats=5)
+    assert len(bursts.host) == len(bursts.wall) == len(bursts.host_fwd) == 5
+    for host, wall in zip(bursts.host, bursts.wall, strict=True):
+        assert 2e-3 <= host <= wall < 2e-3 + 2e-3
+    assert bursts.host_fwd == bursts.host  # inference: the forward pass is the step
+
+
+def _toy_replay_dataset(burst_steps, burst_wall_s):
+    """One network of three calls (ops a, b, a) and its ops, as evaluate writes them."""
+    import pandas as pd
+
+    common = {
+        "gpu": "toy",
+        "setting": "default",
+        "mode": "inference",
+        "sync_s": 1e-4,
+        "launch_gap_s": 0.0,
+        "host_probe_s": 2e-3,
+        "host_cpu": "cpu",
+        "power_w": 100.0,
+    }
+    ops = [
+        {"op_id": "a", "host_time_s": 1e-3, "gpu_time_s": 2e-3, "n_kernels": 1.0},
+        {"op_id": "b", "host_time_s": 1e-3, "gpu_time_s": 0.0, "n_kernels": 0.0},
+    ]
+    rows = [
+        {
+            **common,
+            **o,
+            "kind": "op",
+            "model_input": None,
+            "forward_host_time_s": o["host_time_s"],
+            "time_s": 3e-3,
+            "energy_j": 0.3,
+            "trace_wall_time_s": 3e-3,
+            "trace_number_per_run": 1,
+        }
+        for o in ops
+    ]
+    rows.append(
+        {
+            **common,
+            "kind": "network",
+            "op_id": None,
+            "model_input": "toy_1x1",
+            "host_time_s": 3e-3,
+            "forward_host_time_s": 3e-3,
+            "traced_host_time_s": 6e-3,  # the profiler doubles the host's spans
+            "traced_forward_host_time_s": 6e-3,
+            "gpu_time_s": 4e-3,
+            "n_kernels": 2.0,
+            "time_s": 5e-3,
+            "energy_j": 0.5,
+            "trace_wall_time_s": 5e-3,
+            "trace_number_per_run": 1,
+            "host_burst_steps": burst_steps,
+            "burst_wall_time_s": burst_wall_s,
+        }
+    )
+    spans = pd.DataFrame(
+        {
+            "gpu": "toy",
+            "setting": "default",
+            "mode": "inference",
+            "model_input": "toy_1x1",
+            "index": [0, 1, 2],
+            "phase": "forward",
+            "host_s": [2e-3, 2e-3, 2e-3],
+            "gpu_s": [2e-3, 0.0, 2e-3],
+            "n_kernels": [1.0, 0.0, 1.0],
+        }
+    )
+    return pd.DataFrame(rows), {"toy_1x1": ["a", "b", "a"]}, spans
+
+
+def test_own_replay_of_a_burst_follows_a_hand_computed_timeline():
+    """Three calls (host 1 ms each once the traced spans are scaled to the untraced host
+    time; kernels of 2, 0 and 2 ms), two steps a burst from an idle GPU. By hand: step 1's
+    kernels run 1-3 and 3-5 ms, step 2's (issued at 4 and 6 ms) 5-7 and 7-9 ms; with the
+    0.1-ms synchronisation the burst ends at 9.1 ms, 4.55 ms a step. The timed loop's
+    replay (one step a block) ends at 5.1 ms."""
+    from opcost.validate.replay import replay_validation
+
+    dataset, seqs, spans = _toy_replay_dataset(2, 4.6e-3)
+    row = replay_validation(dataset, seqs, spans).iloc[0]
+    assert row["replay_own_burst_time_s"] == pytest.approx(4.55e-3)
+    assert row["burst_wall_time_s"] == pytest.approx(4.6e-3)
+    assert row["replay_own_time_s"] == pytest.approx(5.1e-3)
+
+
+def test_own_burst_replay_is_missing_for_traces_without_paired_bursts():
+    from opcost.validate.replay import replay_validation
+
+    dataset, seqs, spans = _toy_replay_dataset(2, math.nan)
+    row = replay_validation(dataset, seqs, spans).iloc[0]
+    assert math.isnan(row["replay_own_burst_time_s"])
+    assert row["replay_own_time_s"] == pytest.approx(5.1e-3)

@@ -159,13 +159,13 @@ def _measure(
         burst = tracing.host_burst_steps(statistics.median(s.n_kernels for s in steps))
         if statistics.median(s.gpu_s for s in steps) > 2e-3:
             burst = 1  # a long step: its host time is small beside it, keep it cheap
-        host, host_fwd = tracing._host_times(workload, device, burst, HOST_REPEATS)
+        bursts = tracing._host_times(workload, device, burst, HOST_REPEATS)
         row: dict[str, Any] = {
             "status": "ok",
             "failure_reason": None,
             "calls_per_step": calls,
             **tracing.kernel_figures(steps, calls),
-            **tracing.host_figures(host, host_fwd, calls),
+            **tracing.host_figures(bursts.host, bursts.host_fwd, calls),
             "block_size": workload.block_size,
             "inplace_substituted": workload.inplace_substituted,
         }

@@ -6,7 +6,10 @@ A trace job (:func:`trace_job`) builds the same workload as the profiling job
 1. **host time**: the time the host takes to issue one step, untraced: bursts of a few
    steps issued back to back right after a synchronisation, as few as keep the launch
    queue from filling (so the host never waits for the device), median of
-   ``HOST_REPEATS``; in training also the forward pass alone;
+   ``HOST_REPEATS``; in training also the forward pass alone; and each burst's wall
+   time up to the synchronisation that ends it (``burst_wall_time_s``), paired with its
+   host time, so that a replay of the host and GPU times can be checked against the same
+   steps, whatever the host's speed does between moments;
 2. **wall time**: the time per step of a short timed loop (``WALL_WINDOW_S`` for a
    network, ``OP_WALL_WINDOW_S`` for an op), the profiling job's algorithm on a shorter
    window, so an op's and its network's wall, host and GPU times all come from one run
@@ -44,7 +47,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch.overrides import TorchFunctionMode, resolve_name
@@ -305,9 +308,7 @@ def trace_workload(
     # The timed loop first: it also brings the GPU to its clocks for the traced steps.
     warmup_s = WALL_WARMUP_SHARE * wall_window_s
     t0 = time.perf_counter()
-    wall = harness.measure(
-        workload, replace(opts, min_run_time_s=wall_window_s, warmup_s=warmup_s)
-    )
+    wall = harness.measure(workload, replace(opts, min_run_time_s=wall_window_s, warmup_s=warmup_s))
     t1 = time.perf_counter()
     # Kernel time and kernels from steps run as the network runs. A network's calls are
     # annotated in a second pass: its TorchFunctionMode makes modules with a fused fast
@@ -325,13 +326,15 @@ def trace_workload(
         check_profiler_sees_kernels(opts.device)  # no kernels: a view, or a blind profiler
     burst = host_burst_steps(statistics.median(s.n_kernels for s in steps), calls)
     t3 = time.perf_counter()
-    host, host_fwd = _host_times(workload, device, burst)
+    bursts = _host_times(workload, device, burst)
     probe = host_probe_s(opts.device)
     t4 = time.perf_counter()
     record: dict[str, Any] = {
         "trace_steps": len(steps),
         "calls_per_step": calls,
-        **host_figures(host, host_fwd, calls),
+        **host_figures(bursts.host, bursts.host_fwd, calls),
+        "burst_wall_time_s": statistics.median(bursts.wall) / calls,
+        "sigma_burst_wall_time_s": _spread(bursts.wall) / calls,
         **kernel_figures(steps, calls),
         "traced_host_time_s": statistics.median(s.host_s for s in spans) / calls,
         "traced_forward_host_time_s": statistics.median(s.forward_host_s for s in spans) / calls,
@@ -428,17 +431,29 @@ def host_figures(host: list[float], host_fwd: list[float], calls: int) -> dict[s
     }
 
 
+class Bursts(NamedTuple):
+    """Per step of each host burst (:func:`_host_times`): the host's time to issue it,
+    its forward pass's share, and the burst's wall time (from its start on an idle device
+    to its last kernel's end, synchronised), so that host and wall time are paired."""
+
+    host: list[float]
+    host_fwd: list[float]
+    wall: list[float]
+
+
 def _host_times(
     workload: harness.Workload, device: torch.device, burst: int, repeats: int = HOST_REPEATS
-) -> tuple[list[float], list[float]]:
+) -> Bursts:
     """Untraced host time per step, whole and its forward pass: ``HOST_REPEATS`` bursts of
     ``burst`` steps, each right after a synchronisation, so that the host issues them
-    back to back and the launch queue never fills."""
+    back to back and the launch queue never fills; and each burst's wall time, up to the
+    synchronisation that ends it (the same steps: the host's speed cancels between the
+    two)."""
     fwd, bwd = workload.forward_pass, workload.backward_pass
-    host, host_fwd = [], []
+    host, host_fwd, wall = [], [], []
     with workload.context(), harness._no_cyclic_gc():
+        harness._sync(device)
         for _ in range(repeats):
-            harness._sync(device)
             forward_s = 0.0
             t0 = time.perf_counter()
             for _ in range(burst):
@@ -451,10 +466,11 @@ def _host_times(
                 else:
                     workload.step()
             total = time.perf_counter() - t0
+            harness._sync(device)
+            wall.append((time.perf_counter() - t0) / burst)
             host.append(total / burst)
             host_fwd.append((forward_s if fwd is not None else total) / burst)
-        harness._sync(device)
-    return host, host_fwd
+    return Bursts(host, host_fwd, wall)
 
 
 def _profile(
@@ -595,9 +611,7 @@ def _trace(
     kind: str, spec: dict[str, Any] | None, model_input: Any, opts: harness.HarnessOptions
 ) -> dict[str, Any]:
     if kind == "op":
-        return trace_workload(
-            harness.prepare_op(spec, opts), opts, wall_window_s=OP_WALL_WINDOW_S
-        )
+        return trace_workload(harness.prepare_op(spec, opts), opts, wall_window_s=OP_WALL_WINDOW_S)
     from opcost.extract import build_model
 
     net = build_model(model_input.model)

@@ -9,7 +9,12 @@ what the profiling job measured (``time_s``, a 1-s window, possibly another host
   positions; training: the forward calls, then their backward passes in reverse), each op
   with its isolated trace's host and GPU time;
 * ``replay_own_time_s``: the replay of the network's own traced breakdown, its spans'
-  host times scaled to the untraced host time of each pass.
+  host times scaled to the untraced host time of each pass;
+* ``replay_own_burst_time_s``: the same replay of one host burst (``host_burst_steps``
+  steps from an idle device, then a synchronisation), beside the bursts' own wall time
+  (``burst_wall_time_s``): host time and wall time of the same steps, so the host's
+  speed, which moves between the bursts and the timed loop, cancels, and what is left is
+  the replay model's own error.
 
 A network traced with CUDA graphs also has its measured graph step (``graph_time_s``,
 ``graph_energy_j``) beside two graph replays (:func:`opcost.replay.graph_replay`: no host
@@ -97,7 +102,7 @@ def _isolated_steps(seq: list[str], ops: pd.DataFrame, training: bool) -> pd.Dat
     return pd.concat([fwd.reset_index(), bwd.reset_index()], ignore_index=True)
 
 
-def _own(net: pd.Series, spans: pd.DataFrame) -> rp.Replay:
+def _own(net: pd.Series, spans: pd.DataFrame, repeats: int) -> rp.Replay:
     traced_fwd = net["traced_forward_host_time_s"]
     traced_bwd = net["traced_host_time_s"] - traced_fwd
     scale_fwd = net["forward_host_time_s"] / traced_fwd if traced_fwd > 0 else 1.0
@@ -111,7 +116,7 @@ def _own(net: pd.Series, spans: pd.DataFrame) -> rp.Replay:
         list(spans["n_kernels"]),
         kernel_gap_s=_or0(net["launch_gap_s"]),
         sync_s=_or0(net["sync_s"]),
-        repeats=int(net["trace_number_per_run"]),
+        repeats=repeats,
     )
 
 
@@ -152,7 +157,10 @@ def replay_validation(
                 & (breakdown["mode"] == mode)
                 & (breakdown["model_input"] == net["model_input"])
             ]
-            own = _own(net, spans) if len(spans) else None
+            own = _own(net, spans, int(net["trace_number_per_run"])) if len(spans) else None
+            burst = net.get("host_burst_steps")
+            paired = len(spans) and pd.notna(net.get("burst_wall_time_s")) and pd.notna(burst)
+            own_burst = _own(net, spans, int(burst)).time_s if paired else math.nan
             iso_graph = rp.graph_replay(list(steps["gpu"]), list(steps["n"]))
             own_graph = rp.graph_replay([net["gpu_time_s"]], [net["n_kernels"]])
             graph_energy = rp.step_energy_j(busy_j, p_wait, iso_graph.time_s, gpu_sum)
@@ -174,6 +182,8 @@ def replay_validation(
                     "replay_isolated_bound": iso.bound,
                     "replay_own_time_s": own.time_s if own else math.nan,
                     "replay_own_bound": own.bound if own else None,
+                    "burst_wall_time_s": net.get("burst_wall_time_s", math.nan),
+                    "replay_own_burst_time_s": own_burst,
                     "energy_j": net["energy_j"],
                     "plain_sum_energy_j": float(ops["energy_j"].reindex(seq).sum()),
                     "replay_isolated_energy_j": energy,
