@@ -14,7 +14,11 @@ with user annotations around each step (``opcost.step``), its forward and backwa
   in which the host launched it (the runtime call with the same ``correlation``).
 
 A span's ``gpu_s`` is the sum of its device events' durations: kernel time, with no gaps
-between kernels. ``launch_gap_s`` is the median idle gap between two consecutive device
+between kernels. Its ``gpu_busy_s`` is the union of their intervals: the time the device
+was busy with them. The two differ where kernels overlap: cuDNN runs a grouped
+convolution's kernels on several streams at once (regnet_x_400mf at 8x3x224x224 on an
+H100 with TF32 off: 611 kernels a step on 9 streams, busy 0.71 of their summed time).
+``launch_gap_s`` is the median idle gap between two consecutive device
 events of one stream when the second was already queued: what the device itself needs
 between kernels. Times are seconds.
 """
@@ -26,7 +30,7 @@ import gzip
 import json
 import statistics
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -72,10 +76,27 @@ class Span:
     end_us: float
     gpu_us: float = 0.0
     n_kernels: int = 0
+    intervals: list[tuple[float, float]] = field(default_factory=list)
 
     @property
     def host_s(self) -> float:
         return (self.end_us - self.start_us) * US
+
+    @property
+    def busy_us(self) -> float:
+        """The union of its device events' intervals (µs)."""
+        return busy_us(self.intervals)
+
+
+def busy_us(intervals: Iterable[tuple[float, float]]) -> float:
+    """The length of the union of ``(start, end)`` intervals: the time a device was busy
+    with events that may overlap (kernels of several streams)."""
+    total, reached = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end > reached:
+            total += end - max(start, reached)
+            reached = end
+    return total
 
 
 def load(path: str | Path) -> dict[str, Any]:
@@ -161,6 +182,7 @@ def _assign(spans: list[Span], device: list[tuple[float, Event]]) -> None:
         if 0 <= i < len(spans) and launched <= spans[i].end_us:
             spans[i].gpu_us += ev.dur_us
             spans[i].n_kernels += 1
+            spans[i].intervals.append((ev.start_us, ev.end_us))
 
 
 @dataclass(frozen=True)
@@ -173,6 +195,8 @@ class StepSummary:
     forward_host_s: float
     forward_gpu_s: float
     forward_n_kernels: int
+    gpu_busy_s: float
+    forward_gpu_busy_s: float
 
 
 def steps(trace: dict[str, Any]) -> list[StepSummary]:
@@ -196,6 +220,8 @@ def steps(trace: dict[str, Any]) -> list[StepSummary]:
                 forward_host_s=(fwd.dur_us if fwd else mark.dur_us) * US,
                 forward_gpu_s=sum(ev.dur_us for ev in fwd_inside) * US,
                 forward_n_kernels=len(fwd_inside),
+                gpu_busy_s=busy_us((ev.start_us, ev.end_us) for ev in inside) * US,
+                forward_gpu_busy_s=busy_us((ev.start_us, ev.end_us) for ev in fwd_inside) * US,
             )
         )
     return out
@@ -322,6 +348,7 @@ def mean_breakdown(per_step: Iterable[list[Span]]) -> list[dict[str, Any]]:
                 "call": first.call,
                 "host_s": statistics.fmean(s.host_s for s in group),
                 "gpu_s": statistics.fmean(s.gpu_us for s in group) * US,
+                "gpu_busy_s": statistics.fmean(s.busy_us for s in group) * US,
                 "n_kernels": statistics.fmean(s.n_kernels for s in group),
             }
         )

@@ -57,6 +57,7 @@ MODES = ("inference", "training")
 COLUMNS = (
     *("op_id", "family", "op_type", "spec", "mode", "status", "failure_reason"),
     *("calls_per_step", "gpu_time_s", "sigma_gpu_time_s", "forward_gpu_time_s"),
+    *("gpu_busy_time_s", "forward_gpu_busy_time_s"),
     *("n_kernels", "forward_n_kernels", "host_time_s", "sigma_host_time_s"),
     *("forward_host_time_s", "block_size", "inplace_substituted"),
     *("power_w", "power_window_s", "power_time_s", "power_graphed", "measure_s"),

@@ -74,6 +74,8 @@ TRACE_DATASET_COLUMNS = (
     ),
     _col("sigma_gpu_time_s", "float64", "s", "σ of gpu_time_s over the traced steps"),
     _col("forward_gpu_time_s", "float64", "s", "its forward pass's share (training)"),
+    _col("gpu_busy_time_s", "float64", "s", "time the GPU is busy with them: their union"),
+    _col("forward_gpu_busy_time_s", "float64", "s", "its forward pass's share (training)"),
     _col("host_time_s", "float64", "s", "host time per call, untraced, queue never full"),
     _col("sigma_host_time_s", "float64", "s", "σ of host_time_s over the bursts"),
     _col("forward_host_time_s", "float64", "s", "its forward pass's share (training)"),
@@ -297,6 +299,7 @@ BREAKDOWN = Table(
         _col("op_id", "str", "", "the op that ran there (null for glue)"),
         _col("host_s", "float64", "s", "from the end of the span before to this one's end"),
         _col("gpu_s", "float64", "s", "kernel time launched in the span"),
+        _col("gpu_busy_s", "float64", "s", "time the GPU is busy with it (union)"),
         _col("n_kernels", "float64", "", "device events launched in the span"),
     ),
 )

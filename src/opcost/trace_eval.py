@@ -20,6 +20,8 @@ _COPIED = (
     "gpu_time_s",
     "sigma_gpu_time_s",
     "forward_gpu_time_s",
+    "gpu_busy_time_s",
+    "forward_gpu_busy_time_s",
     "host_time_s",
     "sigma_host_time_s",
     "forward_host_time_s",
@@ -110,6 +112,7 @@ def breakdown_rows(path: str | Path) -> list[dict[str, Any]]:
                 "op_id": span["op_id"],
                 "host_s": span["host_s"],
                 "gpu_s": span["gpu_s"],
+                "gpu_busy_s": span.get("gpu_busy_s"),
                 "n_kernels": span["n_kernels"],
             }
         )

@@ -410,13 +410,16 @@ def host_burst_steps(kernels_per_step: float, calls_per_step: int | None = None)
 
 
 def kernel_figures(steps: list[kineto.StepSummary], calls: int) -> dict[str, float]:
-    """Per call, from traced steps: GPU kernel time (median, spread, forward pass) and
-    kernels (median, forward pass)."""
+    """Per call, from traced steps: GPU kernel time (median, spread, forward pass), the
+    time the device was busy with those kernels (the union of their intervals, less than
+    their sum where they overlap) and kernels (median, forward pass)."""
     gpu = [s.gpu_s for s in steps]
     return {
         "gpu_time_s": statistics.median(gpu) / calls,
         "sigma_gpu_time_s": _spread(gpu) / calls,
         "forward_gpu_time_s": statistics.median(s.forward_gpu_s for s in steps) / calls,
+        "gpu_busy_time_s": statistics.median(s.gpu_busy_s for s in steps) / calls,
+        "forward_gpu_busy_time_s": statistics.median(s.forward_gpu_busy_s for s in steps) / calls,
         "n_kernels": statistics.median(s.n_kernels for s in steps) / calls,
         "forward_n_kernels": statistics.median(s.forward_n_kernels for s in steps) / calls,
     }

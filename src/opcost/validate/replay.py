@@ -23,6 +23,11 @@ times and kernels, and ``replay_own_graph_time_s`` from the network's own eager 
 time and kernels (its traced step, not the breakdown, whose annotation turns fused fast
 paths off); ``replay_isolated_graph_energy_j`` as below, the graph's gaps as waiting.
 
+An op's or a span's GPU stream is busy for the union of its kernels' intervals
+(``gpu_busy_time_s``, ``gpu_busy_s``) where its trace records it, else for their summed
+durations: the two differ where kernels run on several streams at once (cuDNN's grouped
+convolutions), which one stream would count one after another.
+
 Energy replays the isolated ops: each op's busy power times its GPU time, plus the power
 the GPU draws while it waits times the rest of the step. An op's busy power follows from
 its 1-s window: ``P_op t_op = P_busy g + P_wait (t_op - g)``. ``P_wait`` is the median
@@ -62,16 +67,26 @@ def call_sequences(paths: Iterable[str | Path]) -> dict[str, list[str]]:
     return out
 
 
+def busy_s(table: pd.DataFrame, busy: str, summed: str) -> pd.Series:
+    """The time the GPU is busy: column ``busy`` (a union of kernel intervals) where it is
+    recorded, else ``summed`` (the kernels' durations added up)."""
+    summed_s = pd.to_numeric(table[summed], errors="coerce")
+    if busy not in table:
+        return summed_s
+    busy_col = pd.to_numeric(table[busy], errors="coerce")
+    return busy_col.where(busy_col.notna(), summed_s)
+
+
 def waiting_power_w(ops: pd.DataFrame) -> float:
     """``P_wait`` of one configuration and mode (module docstring)."""
-    share = ops["gpu_time_s"] / ops["time_s"]
+    share = busy_s(ops, "gpu_busy_time_s", "gpu_time_s") / ops["time_s"]
     low = ops.loc[share < WAIT_SHARE, "power_w"].dropna()
     return float(low.median()) if len(low) else math.nan
 
 
 def busy_power_w(ops: pd.DataFrame, p_wait: float) -> pd.Series:
     """Each op's power while its kernels run (module docstring); NaN without kernels."""
-    g = ops["gpu_time_s"]
+    g = busy_s(ops, "gpu_busy_time_s", "gpu_time_s")
     t = ops["time_s"]
     p = (ops["power_w"] * t - p_wait * (t - g).clip(lower=0)) / g
     return p.where(g > 0)
@@ -80,22 +95,20 @@ def busy_power_w(ops: pd.DataFrame, p_wait: float) -> pd.Series:
 def _isolated_steps(seq: list[str], ops: pd.DataFrame, training: bool) -> pd.DataFrame:
     """The replayed step's entries: per call its host, GPU time, kernels and op id."""
     o = ops.reindex(seq)
+    gpu = busy_s(o, "gpu_busy_time_s", "gpu_time_s")
     if not training:
         return pd.DataFrame(
-            {"host": o["host_time_s"], "gpu": o["gpu_time_s"], "n": o["n_kernels"]}
+            {"host": o["host_time_s"], "gpu": gpu, "n": o["n_kernels"]}
         ).reset_index()
+    fwd_gpu = busy_s(o, "forward_gpu_busy_time_s", "forward_gpu_time_s")
     fwd = pd.DataFrame(
-        {
-            "host": o["forward_host_time_s"],
-            "gpu": o["forward_gpu_time_s"],
-            "n": o["forward_n_kernels"],
-        }
+        {"host": o["forward_host_time_s"], "gpu": fwd_gpu, "n": o["forward_n_kernels"]}
     )
     r = o.iloc[::-1]
     bwd = pd.DataFrame(
         {
             "host": r["host_time_s"] - r["forward_host_time_s"],
-            "gpu": r["gpu_time_s"] - r["forward_gpu_time_s"],
+            "gpu": (gpu - fwd_gpu).to_numpy()[::-1],
             "n": r["n_kernels"] - r["forward_n_kernels"],
         }
     )
@@ -112,7 +125,7 @@ def _own(net: pd.Series, spans: pd.DataFrame, repeats: int) -> rp.Replay:
     scale = np.where(spans["phase"] == "forward", scale_fwd, scale_bwd)
     return rp.replay(
         list(spans["host_s"] * scale),
-        list(spans["gpu_s"]),
+        list(busy_s(spans, "gpu_busy_s", "gpu_s")),
         list(spans["n_kernels"]),
         kernel_gap_s=_or0(net["launch_gap_s"]),
         sync_s=_or0(net["sync_s"]),
@@ -162,7 +175,9 @@ def replay_validation(
             paired = len(spans) and pd.notna(net.get("burst_wall_time_s")) and pd.notna(burst)
             own_burst = _own(net, spans, int(burst)).time_s if paired else math.nan
             iso_graph = rp.graph_replay(list(steps["gpu"]), list(steps["n"]))
-            own_graph = rp.graph_replay([net["gpu_time_s"]], [net["n_kernels"]])
+            net_busy = net.get("gpu_busy_time_s")
+            own_gpu = net["gpu_time_s"] if net_busy is None or pd.isna(net_busy) else net_busy
+            own_graph = rp.graph_replay([own_gpu], [net["n_kernels"]])
             graph_energy = rp.step_energy_j(busy_j, p_wait, iso_graph.time_s, gpu_sum)
             rows.append(
                 {
