@@ -155,6 +155,18 @@ def test_unsafe_slurm_names_are_refused(default_config, key):
         load_study(default_config)
 
 
+@pytest.mark.parametrize("value", ["", 100])
+def test_a_gpu_name_that_is_no_name_is_refused(default_config, value):
+    default_config["gpus"]["local"]["gpu_name"] = value
+    with pytest.raises(ConfigError, match=r"gpus\.local\.gpu_name"):
+        load_study(default_config)
+
+
+def test_a_gpu_name_reaches_the_configuration(default_config):
+    default_config["gpus"]["local"]["gpu_name"] = "H200"
+    assert load_study(default_config).gpus["local"].gpu_name == "H200"
+
+
 def _snakemake_dry_run(repo: Path, workdir: Path, config_text: str):
     config = workdir.parent / "bad.yaml"
     config.write_text(config_text)

@@ -99,6 +99,7 @@ def test_defaults_are_filled_in_as_snakemake_validate_does(config):
             "settings": ["default"],
             "slurm_gpu_model": None,
             "slurm_constraint": None,
+            "gpu_name": None,
         }
 
 

@@ -45,6 +45,9 @@ A profiling job:
   ``test_corrupt_marker_is_treated_as_stale``); for a thread that never finished, at exit
   (``test_setting_held_by_abandoned_thread_is_reset_at_exit``); a missing script says what
   to do (``test_missing_command_says_what_to_do``)
+- a job on another GPU than its configuration names (``gpus.<name>.gpu_name``) measures
+  nothing and fails naming both: profile.py:check_gpu_name, called by profiling, trace
+  and op-space jobs (``test_a_job_on_another_gpu_than_its_configuration_measures_nothing``)
 - a second job on a GPU whose setting a running job holds is refused:
   gpu_setting.py:recover_stale_setting (``_owner_alive``;
   ``test_marker_of_running_process_is_not_stale``)
@@ -1393,3 +1396,75 @@ def test_a_batch_still_running_after_sigterm_ends_itself():
     assert run.returncode == 128 + signal.SIGTERM, run.stderr[-3000:]
     assert run.stdout.split() == ["handled", "graceful", "True"]
     assert "still running 1 s after SIGTERM" in run.stderr
+
+
+# -- a job on another GPU than its configuration's --------------------------------------
+
+
+def _on_gpu_named(monkeypatch, name: str) -> None:
+    """This process on one CUDA GPU called ``name``, as NVML and torch would answer."""
+    from types import SimpleNamespace
+
+    from opcost import nvml, profile
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(nvml, "cuda_device_uuid", lambda index: "GPU-0000-test")
+    monkeypatch.setattr(profile, "_gpu_facts", lambda uuid: (SimpleNamespace(name=name), ()))
+
+
+def _h200(gpu_name="H200"):
+    from opcost.config import GpuConfig
+
+    default = (parse_setting("default"),)
+    return GpuConfig("h200", "cuda", True, "float32", default, "h200", None, gpu_name)
+
+
+def _run_job(job: str, gpu, out: Path):
+    import pandas as pd
+
+    from opcost import opspace_measure, profile, tracing
+    from opcost.profile import profile_defaults
+
+    config = dict(profile_defaults())
+    common = {"gpu": gpu, "profile_config": config}
+    if job == "op-space":
+        samples = pd.DataFrame(
+            {"op_id": ["x"], "family": ["conv"], "spec": ["{}"], "power": [False]}
+        )
+        return opspace_measure.measure_chunk(**common, samples=samples, out_path=out / "0.parquet")
+    kw = {**common, "kind": "op", "setting": parse_setting("default"), "mode": "inference"}
+    kw.update(spec=CONV_SPEC, op_id="0123456789abcdef", json_path=out / "op.json")
+    if job == "trace":
+        return tracing.trace_job(**kw)
+    return profile.profile_job(**kw, csv_path=out / "op.csv")
+
+
+@pytest.mark.parametrize("job", ["profile", "trace", "op-space"])
+def test_a_job_on_another_gpu_than_its_configuration_measures_nothing(job, tmp_path, monkeypatch):
+    """A configuration named for the H200 sent to an H100 host (a wrong SLURM GPU type,
+    a job run on the wrong machine) fails before measuring, naming both GPUs, and leaves
+    no file that could pass for an H200 measurement."""
+    from opcost import profile
+
+    _on_gpu_named(monkeypatch, "NVIDIA H100 80GB HBM3")
+    out = tmp_path / "out"
+    out.mkdir()
+    expected = r"gpus\.h200\.gpu_name is 'H200', but this job runs on 'NVIDIA H100 80GB HBM3'"
+    with pytest.raises(profile.ProfileError, match=expected):
+        _run_job(job, _h200(), out)
+    assert list(out.iterdir()) == []
+
+
+@pytest.mark.parametrize("gpu_name", ["h200", "H200", None])
+def test_the_gpu_name_check_ignores_case_and_can_be_left_out(gpu_name, monkeypatch):
+    from opcost import profile
+
+    _on_gpu_named(monkeypatch, "NVIDIA H200")
+    profile.check_gpu_name(_h200(gpu_name))  # no error
+    _on_gpu_named(monkeypatch, "NVIDIA H100 80GB HBM3")
+    if gpu_name is None:
+        profile.check_gpu_name(_h200(gpu_name))
+    else:
+        with pytest.raises(profile.ProfileError):
+            profile.check_gpu_name(_h200(gpu_name))

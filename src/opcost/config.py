@@ -40,6 +40,8 @@ class GpuConfig:
     settings: tuple[Setting, ...]
     slurm_gpu_model: str | None
     slurm_constraint: str | None
+    #: Part of the GPU's name its measurements must run on (None: any GPU).
+    gpu_name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -392,6 +394,7 @@ def load_study(config: dict[str, Any], *, check_models: bool = True) -> Study:
             settings=tuple(settings),
             slurm_gpu_model=g.get("slurm_gpu_model"),
             slurm_constraint=g.get("slurm_constraint"),
+            gpu_name=g.get("gpu_name"),
         )
     modes = tuple(m for m in MODES if m in config["modes"])
     if config["op_space"]["rounds"] and not any(config["op_space"]["samples"].values()):

@@ -198,6 +198,7 @@ def measure_chunk(
     device = torch.device(opts0.device)
     rows = []
     with profile.device_to_itself(opts0.device):
+        profile.check_gpu_name(gpu)
         header = profile.record_header("op-space", gpu.name, "default", opts0, 1)
         facts = tracing.host_facts(opts0.device)
         counter = None

@@ -166,6 +166,24 @@ def gpu_identity(record: dict[str, Any]) -> tuple[str, Any, tuple[str, ...]]:
     return uuid, info, fields
 
 
+def check_gpu_name(gpu: GpuConfig) -> None:
+    """Raise ``ProfileError`` where ``gpu.gpu_name`` is set and the current CUDA GPU's
+    name does not contain it (case ignored): the job runs on another GPU than its
+    configuration's, and measuring would file that GPU's figures under its name."""
+    if gpu.gpu_name is None or gpu.device != "cuda":
+        return
+    from opcost import nvml
+
+    uuid = nvml.cuda_device_uuid(torch.cuda.current_device())
+    name = _gpu_facts(uuid)[0].name
+    if gpu.gpu_name.lower() not in name.lower():
+        raise ProfileError(
+            f"gpus.{gpu.name}.gpu_name is {gpu.gpu_name!r}, but this job runs on {name!r} "
+            f"({uuid}): nothing was measured; run it on a host with that GPU (on a "
+            f"cluster, gpus.{gpu.name}.slurm_gpu_model picks the GPU type)"
+        )
+
+
 def setting_command(profile_config: dict[str, Any]) -> tuple[str, ...]:
     """The command that applies and restores a GPU setting (``opcost.gpu_setting``)."""
     return tuple(_profile_option(profile_config, "setting_command"))
@@ -301,6 +319,7 @@ def profile_job(
         existing = measured_pair(csv_path, json_path)
         if existing is not None:
             return existing
+        check_gpu_name(gpu)
         record = job_record(
             kind,
             gpu,

@@ -566,6 +566,7 @@ def trace_job(
     json_path = Path(json_path)
     opts = profile.options_for(gpu, mode, profile_config)
     with profile.device_to_itself(opts.device):
+        profile.check_gpu_name(gpu)
         record = profile.job_record(
             kind,
             gpu,

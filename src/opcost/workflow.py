@@ -20,7 +20,7 @@ from typing import Any
 
 import pandas as pd
 
-from opcost.config import Study
+from opcost.config import GpuConfig, Study
 from opcost.errors import OpcostError
 from opcost.io import write_atomic, write_parquet_atomic
 from opcost.names import parse_setting
@@ -334,13 +334,16 @@ TF32_FAMILIES = ("conv", "linear", "matmul", "attention")
 
 def tf32_twin(study: Study, gpu: str) -> str | None:
     """The study's configuration of the same GPU with TF32 on, for one with TF32 off (same
-    device, dtype and SLURM GPU model); None if there is none or TF32 is on."""
+    device, dtype, SLURM GPU model and GPU name); None if there is none or TF32 is on."""
     g = study.gpus[gpu]
     if g.tf32:
         return None
+
+    def gpu_of(c: GpuConfig) -> tuple:
+        return (c.device, c.dtype, c.slurm_gpu_model, c.slurm_constraint, c.gpu_name)
+
     for name, other in study.gpus.items():
-        same = (other.device, other.dtype, other.slurm_gpu_model, other.slurm_constraint)
-        if other.tf32 and same == (g.device, g.dtype, g.slurm_gpu_model, g.slurm_constraint):
+        if other.tf32 and gpu_of(other) == gpu_of(g):
             return name
     return None
 
