@@ -363,6 +363,29 @@ def test_replay_figure_plots_each_networks_predicted_over_measured_time():
     assert sorted(plotted) == pytest.approx(sorted(expected))
 
 
+def test_replay_figure_plots_each_bursts_replay_against_its_own_wall_time():
+    """The batch-1-and-8 traces pair host bursts with their wall time: the figure shows the
+    own breakdown replayed as a burst over that burst's wall time, at the wall time."""
+    import numpy as np
+    import pandas as pd
+
+    from opcost.figures.validation import replay_figure
+    from opcost.validate.replay import call_sequences, replay_validation
+
+    dataset = pd.read_parquet(HOPPER / "h200" / "dataset" / "h200.parquet")
+    breakdown = pd.read_parquet(HOPPER / "h200" / "dataset" / "h200.breakdown.parquet")
+    table = replay_validation(
+        dataset, call_sequences(sorted((HOPPER / "ops").glob("*x*.parquet"))), breakdown
+    )
+    fig = replay_figure(table)
+    inference = table[table["mode"] == "inference"]
+    points = np.concatenate([c.get_offsets() for c in fig.axes[0].collections[6:8]])
+    expected_y = inference["replay_own_burst_time_s"] / inference["burst_wall_time_s"]
+    assert sorted(points[:, 1]) == pytest.approx(sorted(expected_y))
+    assert sorted(points[:, 0]) == pytest.approx(sorted(inference["burst_wall_time_s"] * 1e3))
+    assert len(points) == 16  # 8 networks at batch 1 and 8
+
+
 def test_a_networks_kernel_totals_come_from_its_unannotated_pass(monkeypatch):
     """The call annotator (a TorchFunctionMode) turns off fused fast paths: on an H100,
     vit_b_16 at 64x3x224x224 in inference ran 251 kernels for 19.2 ms per step annotated

@@ -271,28 +271,35 @@ def replay_figure(table: pd.DataFrame, style: FigureStyle | None = None) -> Figu
 
     x: the time per step the trace job measured; y: predicted over measured, for the
     plain sum of the isolated ops' wall times, the replay of the isolated ops, and the
-    replay of the network's own traced breakdown (``opcost.validate.replay``); filled
-    markers where the GPU sets the pace.
+    replay of the network's own traced breakdown (``opcost.validate.replay``), against
+    the trace job's timed loop; and, where the trace pairs its host bursts with their
+    wall time, the own breakdown replayed as one burst against that burst's wall time
+    (the same steps: the host's drift between moments cancels); filled markers where the
+    GPU sets the pace.
     """
     style = style or FigureStyle()
     title = "Networks: plain sum and replay against measurement"
     if table.empty:
         return message_figure(title, "no traced networks (CUDA configurations only)", style)
     modes = [m for m in MODES if m in set(table["mode"])]
-    series = (
-        ("plain_sum_trace_wall_time_s", "plain sum (5.1)", "tab:gray", "s"),
-        ("replay_isolated_time_s", "replay, isolated ops", "tab:blue", "o"),
-        ("replay_own_time_s", "replay, own breakdown", "tab:orange", "^"),
-    )
+    loop = "trace_wall_time_s"
+    series = [
+        ("plain_sum_trace_wall_time_s", loop, "plain sum (5.1)", "tab:gray", "s"),
+        ("replay_isolated_time_s", loop, "replay, isolated ops", "tab:blue", "o"),
+        ("replay_own_time_s", loop, "replay, own breakdown", "tab:orange", "^"),
+    ]
+    if table.get("burst_wall_time_s", pd.Series(dtype=float)).notna().any():
+        burst = "replay, own breakdown, a burst against its own wall time"
+        series.append(("replay_own_burst_time_s", "burst_wall_time_s", burst, "tab:green", "D"))
     with mpl.rc_context(style.rc()):
         fig = Figure(figsize=(6.4 * len(modes), 4.2), layout="constrained")
         axes = fig.subplots(1, len(modes), squeeze=False)[0]
         for ax, mode in zip(axes, modes, strict=True):
             rows = table[table["mode"] == mode]
-            x = rows["trace_wall_time_s"] * 1e3
             gpu_bound = rows["gpu_time_s"] >= rows["host_time_s"]
-            for column, label, color, marker in series:
-                ratio = rows[column] / rows["trace_wall_time_s"]
+            for column, measured, label, color, marker in series:
+                x = rows[measured] * 1e3
+                ratio = rows[column] / rows[measured]
                 ax.scatter(x[gpu_bound], ratio[gpu_bound], c=color, marker=marker, label=label)
                 ax.scatter(
                     x[~gpu_bound],
