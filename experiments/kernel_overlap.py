@@ -24,24 +24,16 @@ from opcost.extract import build_model
 from opcost.names import ModelInput
 
 
-def union_us(intervals: list[tuple[float, float]]) -> float:
-    total, end = 0.0, float("-inf")
-    for start, stop in sorted(intervals):
-        if stop <= end:
-            continue
-        total += stop - max(start, end)
-        end = stop
-    return total
-
-
 def overlap(trace: dict) -> dict:
+    """The middle step's kernels: count, streams, summed and busy time, overlaps."""
     p = kineto.parse(trace)
-    device = [ev for _, ev in p.device_events()]
-    steps = p.named(kineto.STEP)
+    device = p.device_events()
     out = []
-    for mark in steps:
-        launched = {id(ev) for t, ev in p.device_events() if mark.start_us <= t <= mark.end_us}
-        evs = sorted((ev for ev in device if id(ev) in launched), key=lambda ev: ev.start_us)
+    for mark in p.named(kineto.STEP):
+        evs = sorted(
+            (ev for t, ev in device if mark.start_us <= t <= mark.end_us),
+            key=lambda ev: ev.start_us,
+        )
         overlapping = [
             b.name[:80] for a, b in zip(evs, evs[1:], strict=False) if b.start_us < a.end_us
         ]
@@ -50,7 +42,7 @@ def overlap(trace: dict) -> dict:
                 "kernels": len(evs),
                 "streams": sorted({str(ev.args.get("stream")) for ev in evs}),
                 "sum_us": sum(ev.dur_us for ev in evs),
-                "union_us": union_us([(ev.start_us, ev.end_us) for ev in evs]),
+                "union_us": kineto.busy_us((ev.start_us, ev.end_us) for ev in evs),
                 "overlapping": len(overlapping),
                 "overlapping_names": sorted(set(overlapping))[:5],
             }

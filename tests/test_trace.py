@@ -280,6 +280,18 @@ def test_a_traced_network_finds_extractions_ops_in_extractions_order(mode, tmp_p
 HOPPER = Path(__file__).parents[1] / "data" / "hopper"
 
 
+def _replay_table(study: Path, gpu: str):
+    """``replay_validation`` of one shipped study's configuration, and its dataset."""
+    import pandas as pd
+
+    from opcost.validate.replay import call_sequences, replay_validation
+
+    dataset = pd.read_parquet(study / gpu / "dataset" / f"{gpu}.parquet")
+    breakdown = pd.read_parquet(study / gpu / "dataset" / f"{gpu}.breakdown.parquet")
+    seqs = call_sequences(sorted((study / "ops").glob("*x*.parquet")))
+    return replay_validation(dataset, seqs, breakdown), dataset
+
+
 def test_evaluate_joins_each_measurement_to_its_trace_and_keeps_networks_breakdowns(tmp_path):
     import tarfile
 
@@ -322,15 +334,10 @@ def test_evaluate_joins_each_measurement_to_its_trace_and_keeps_networks_breakdo
 
 
 def test_replayed_networks_lie_between_what_host_and_gpu_alone_need_and_their_sum():
-    import pandas as pd
+    from opcost.validate.replay import call_sequences
 
-    from opcost.validate.replay import call_sequences, replay_validation
-
-    gpu = "h100"
-    dataset = pd.read_parquet(HOPPER / gpu / "dataset" / f"{gpu}.parquet")
-    breakdown = pd.read_parquet(HOPPER / gpu / "dataset" / f"{gpu}.breakdown.parquet")
+    table, dataset = _replay_table(HOPPER, "h100")
     seqs = call_sequences(sorted((HOPPER / "ops").glob("*x*.parquet")))
-    table = replay_validation(dataset, seqs, breakdown)
     assert len(table) == 32  # 16 networks, 2 modes
     ops = dataset[dataset["kind"] == "op"].set_index(["mode", "op_id"])
     for _, row in table.iterrows():
@@ -345,17 +352,10 @@ def test_replayed_networks_lie_between_what_host_and_gpu_alone_need_and_their_su
 
 def test_replay_figure_plots_each_networks_predicted_over_measured_time():
     import numpy as np
-    import pandas as pd
 
     from opcost.figures.validation import replay_figure
-    from opcost.validate.replay import call_sequences, replay_validation
 
-    study = Path(__file__).parents[1] / "data" / "hopper-large"
-    dataset = pd.read_parquet(study / "h200" / "dataset" / "h200.parquet")
-    breakdown = pd.read_parquet(study / "h200" / "dataset" / "h200.breakdown.parquet")
-    table = replay_validation(
-        dataset, call_sequences(sorted((study / "ops").glob("*x*.parquet"))), breakdown
-    )
+    table, _ = _replay_table(Path(__file__).parents[1] / "data" / "hopper-large", "h200")
     fig = replay_figure(table)
     inference = table[table["mode"] == "inference"]
     plotted = np.concatenate([c.get_offsets()[:, 1] for c in fig.axes[0].collections[2:4]])
@@ -367,16 +367,10 @@ def test_replay_figure_plots_each_bursts_replay_against_its_own_wall_time():
     """The batch-1-and-8 traces pair host bursts with their wall time: the figure shows the
     own breakdown replayed as a burst over that burst's wall time, at the wall time."""
     import numpy as np
-    import pandas as pd
 
     from opcost.figures.validation import replay_figure
-    from opcost.validate.replay import call_sequences, replay_validation
 
-    dataset = pd.read_parquet(HOPPER / "h200" / "dataset" / "h200.parquet")
-    breakdown = pd.read_parquet(HOPPER / "h200" / "dataset" / "h200.breakdown.parquet")
-    table = replay_validation(
-        dataset, call_sequences(sorted((HOPPER / "ops").glob("*x*.parquet"))), breakdown
-    )
+    table, _ = _replay_table(HOPPER, "h200")
     fig = replay_figure(table)
     inference = table[table["mode"] == "inference"]
     points = np.concatenate([c.get_offsets() for c in fig.axes[0].collections[6:8]])

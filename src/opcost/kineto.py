@@ -74,18 +74,25 @@ class Span:
     call: int | None  # the forward call it belongs to (None: glue)
     start_us: float
     end_us: float
-    gpu_us: float = 0.0
-    n_kernels: int = 0
-    intervals: list[tuple[float, float]] = field(default_factory=list)
+    device: list[Event] = field(default_factory=list)  # launched in it, in launch order
 
     @property
     def host_s(self) -> float:
         return (self.end_us - self.start_us) * US
 
     @property
+    def gpu_us(self) -> float:
+        """Its device events' durations summed (µs)."""
+        return sum(ev.dur_us for ev in self.device)
+
+    @property
+    def n_kernels(self) -> int:
+        return len(self.device)
+
+    @property
     def busy_us(self) -> float:
         """The union of its device events' intervals (µs)."""
-        return busy_us(self.intervals)
+        return busy_us((ev.start_us, ev.end_us) for ev in self.device)
 
 
 def busy_us(intervals: Iterable[tuple[float, float]]) -> float:
@@ -180,9 +187,7 @@ def _assign(spans: list[Span], device: list[tuple[float, Event]]) -> None:
     for launched, ev in device:
         i = bisect.bisect_right(starts, launched) - 1
         if 0 <= i < len(spans) and launched <= spans[i].end_us:
-            spans[i].gpu_us += ev.dur_us
-            spans[i].n_kernels += 1
-            spans[i].intervals.append((ev.start_us, ev.end_us))
+            spans[i].device.append(ev)
 
 
 @dataclass(frozen=True)

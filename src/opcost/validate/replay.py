@@ -148,7 +148,9 @@ def replay_validation(
         gap = float(ops["launch_gap_s"].median()) if ops["launch_gap_s"].notna().any() else 0.0
         p_wait = waiting_power_w(ops)
         p_busy = busy_power_w(ops, p_wait)
-        for _, net in part[part["kind"] == "network"].iterrows():
+        nets = part[part["kind"] == "network"]
+        nets_gpu = busy_s(nets, "gpu_busy_time_s", "gpu_time_s")
+        for index, net in nets.iterrows():
             seq = sequences.get(net["model_input"])
             if not seq or not set(seq) <= set(ops.index):
                 continue
@@ -175,9 +177,7 @@ def replay_validation(
             paired = len(spans) and pd.notna(net.get("burst_wall_time_s")) and pd.notna(burst)
             own_burst = _own(net, spans, int(burst)).time_s if paired else math.nan
             iso_graph = rp.graph_replay(list(steps["gpu"]), list(steps["n"]))
-            net_busy = net.get("gpu_busy_time_s")
-            own_gpu = net["gpu_time_s"] if net_busy is None or pd.isna(net_busy) else net_busy
-            own_graph = rp.graph_replay([own_gpu], [net["n_kernels"]])
+            own_graph = rp.graph_replay([nets_gpu[index]], [net["n_kernels"]])
             graph_energy = rp.step_energy_j(busy_j, p_wait, iso_graph.time_s, gpu_sum)
             rows.append(
                 {
