@@ -404,7 +404,9 @@ def test_a_networks_kernel_totals_come_from_its_unannotated_pass(monkeypatch):
         return plain if annotator is None else annotated
 
     monkeypatch.setattr(tracing, "_profile", fake_profile)
-    monkeypatch.setattr(tracing, "_breakdown", lambda trace, annotator: [trace is annotated])
+    monkeypatch.setattr(
+        tracing, "_breakdown", lambda trace, annotator: [trace == kineto.parse(annotated)]
+    )
     net = torch.nn.Linear(4, 4)
     opts = harness.HarnessOptions(mode="inference", device="cpu", min_run_time_s=0.01)
     workload = harness.prepare_network(net, (2, 4), opts)

@@ -167,7 +167,10 @@ class Parsed:
         return out
 
 
-def parse(trace: dict[str, Any]) -> Parsed:
+def parse(trace: dict[str, Any] | Parsed) -> Parsed:
+    """The trace's events sorted into :class:`Parsed` (a trace already parsed is kept)."""
+    if isinstance(trace, Parsed):
+        return trace
     evs = events(trace)
     annotations = [e for e in evs if e.category == "user_annotation"]
     device = [e for e in evs if e.category in DEVICE_CATEGORIES]
@@ -204,8 +207,9 @@ class StepSummary:
     forward_gpu_busy_s: float
 
 
-def steps(trace: dict[str, Any]) -> list[StepSummary]:
-    """Each ``opcost.step`` annotation's host span and the device work launched in it."""
+def steps(trace: dict[str, Any] | Parsed) -> list[StepSummary]:
+    """Each ``opcost.step`` annotation's host span and the device work launched in it
+    (``trace`` as loaded, or parsed once by :func:`parse` for several readers)."""
     p = parse(trace)
     step_marks = p.named(STEP)
     if not step_marks:
@@ -232,7 +236,7 @@ def steps(trace: dict[str, Any]) -> list[StepSummary]:
     return out
 
 
-def launch_gap_s(trace: dict[str, Any]) -> float | None:
+def launch_gap_s(trace: dict[str, Any] | Parsed) -> float | None:
     """Median idle gap between consecutive device events of a stream, the second of which
     was already launched when the first ended (so the gap is the device's own)."""
     p = parse(trace)
@@ -313,7 +317,7 @@ def _backward_spans(p: Parsed, bwd: Event, owner: dict[int, int]) -> list[Span]:
     return spans
 
 
-def breakdown(trace: dict[str, Any]) -> list[list[Span]]:
+def breakdown(trace: dict[str, Any] | Parsed) -> list[list[Span]]:
     """Per traced step, its host spans in order (forward calls, then backward nodes) with
     the device work launched in each."""
     p = parse(trace)

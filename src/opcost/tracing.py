@@ -59,7 +59,7 @@ from opcost.extract import _METADATA, _has_tensor
 from opcost.io import staged_path
 
 TRACE_STEPS = 4
-HOST_REPEATS = 11
+HOST_REPEATS = 7
 #: Steps per host-time burst, and the kernel launches a burst may queue at most (CUDA's
 #: launch queue holds about a thousand; a full one would make the host wait).
 HOST_BURST_STEPS = 8
@@ -69,7 +69,7 @@ HOST_BURST_CALLS = 8
 #: Timed loop of a network, and of an op (which the profiling job of the same run times
 #: over its power window: the trace job's loop warms the GPU up and gives the plain sum).
 WALL_WINDOW_S = 0.1
-OP_WALL_WINDOW_S = 0.02
+OP_WALL_WINDOW_S = 0.01
 #: The timed loop's warm-up, a share of its window (after ``WARMUP_STEPS`` steps).
 WALL_WARMUP_SHARE = 0.2
 WARMUP_STEPS = 3
@@ -77,7 +77,9 @@ WARMUP_STEPS = 3
 GRAPH_WINDOW_S = 1.0
 #: Dispatches of the host-speed probe.
 PROBE_DISPATCHES = 200
-PROBE_REPEATS = 5
+PROBE_REPEATS = 3
+#: Repeats of :func:`backward_node_s` (op-space chunks measure it once each).
+BACKWARD_NODE_REPEATS = 5
 
 
 class TraceFailed(OpcostError, RuntimeError):
@@ -120,7 +122,7 @@ BACKWARD_NODE_DEPTHS = (1, 65)
 def backward_node_s(device: str) -> float:
     """The host time one trivial node adds to a backward pass, as each op of a network
     does: a chain of ``view`` calls on one tensor, its backward pass timed at the depths
-    of ``BACKWARD_NODE_DEPTHS``, the difference per node (median of ``PROBE_REPEATS``,
+    of ``BACKWARD_NODE_DEPTHS``, the difference per node (median of ``BACKWARD_NODE_REPEATS``,
     each a median of 5). An op measured alone has its inputs as leaves: its backward host
     time also holds their gradients' accumulation, which this separates."""
     dev = torch.device(device)
@@ -140,7 +142,7 @@ def backward_node_s(device: str) -> float:
 
     lo, hi = BACKWARD_NODE_DEPTHS
     slopes = []
-    for _ in range(PROBE_REPEATS):
+    for _ in range(BACKWARD_NODE_REPEATS):
         short = statistics.median(backward_s(lo) for _ in range(5))
         long = statistics.median(backward_s(hi) for _ in range(5))
         slopes.append((long - short) / (hi - lo))
@@ -320,10 +322,15 @@ def trace_workload(
     if keep_trace is not None:
         with gzip.open(keep_trace, "wt") as f:
             json.dump(annotated, f)
-    steps = kineto.steps(trace)
-    spans = steps if annotator is None else kineto.steps(annotated)
+    # Each trace parsed once for all that read it.
+    plain = kineto.parse(trace)
+    marked = plain if annotator is None else kineto.parse(annotated)
+    steps = kineto.steps(plain)
+    spans = steps if annotator is None else kineto.steps(marked)
     if device.type == "cuda" and not any(s.n_kernels for s in steps):
         check_profiler_sees_kernels(opts.device)  # no kernels: a view, or a blind profiler
+    launch_gap = kineto.launch_gap_s(plain)
+    breakdown = _breakdown(marked, annotator) if annotator is not None else None
     burst = host_burst_steps(statistics.median(s.n_kernels for s in steps), calls)
     t3 = time.perf_counter()
     bursts = _host_times(workload, device, burst)
@@ -340,12 +347,12 @@ def trace_workload(
         "traced_forward_host_time_s": statistics.median(s.forward_host_s for s in spans) / calls,
         "wall_time_s": wall.total_time_s / wall.iterations,
         "wall_number_per_run": wall.number_per_run,
-        "launch_gap_s": kineto.launch_gap_s(trace),
+        "launch_gap_s": launch_gap,
         "host_burst_steps": burst,
-        # Where a trace job's time goes: the profiled steps, their parsing, the host
-        # bursts, the short timed loop (seconds).
         "host_probe_s": probe,
         "host_probe_dispatches": PROBE_DISPATCHES,
+        # Where a trace job's time goes: the short timed loop, the profiled steps, their
+        # parsing, the host bursts and probe (seconds).
         "trace_cost_s": {
             "wall": t1 - t0,
             "profile": t2 - t1,
@@ -354,8 +361,8 @@ def trace_workload(
         },
         "backward": workload.backward,
     }
-    if annotator is not None:
-        record["breakdown"] = _breakdown(annotated, annotator)
+    if breakdown is not None:
+        record["breakdown"] = breakdown
     return record
 
 
@@ -379,7 +386,7 @@ def graph_figures(
     read = read_energy_mj or (lambda: None)
     window_s = GRAPH_WINDOW_S if read() is not None else WALL_WINDOW_S
     timing = harness.measure(graph, replace(opts, min_run_time_s=window_s, warmup_s=0.05), read)
-    trace = _profile(graph, device, None)
+    trace = kineto.parse(_profile(graph, device, None))
     steps = kineto.steps(trace)
     per_call = timing.iterations * calls
     e0, e1 = timing.energy_counter_start_mj, timing.energy_counter_end_mj
@@ -510,7 +517,7 @@ def _exported(prof: torch.profiler.profile) -> dict[str, Any]:
         return json.loads(path.read_text())
 
 
-def _breakdown(trace: dict[str, Any], annotator: CallAnnotator) -> list[dict[str, Any]]:
+def _breakdown(trace: kineto.Parsed, annotator: CallAnnotator) -> list[dict[str, Any]]:
     """The trace's mean step as rows; ``call`` renumbered to the op's call position as
     extraction gives it (the rank among the calls it keeps), None for glue."""
     kept = sorted(k for k, op_id in annotator.calls.items() if op_id is not None)
@@ -618,12 +625,17 @@ def _trace(
         return trace_workload(harness.prepare_op(spec, opts), opts, wall_window_s=OP_WALL_WINDOW_S)
     from opcost.extract import build_model
 
-    net = build_model(model_input.model)
+    # Built on the device: the same initialisation, drawn there rather than by the
+    # host's CPU (seconds for the larger networks).
+    with torch.device(opts.device):
+        net = build_model(model_input.model)
     workload = harness.prepare_network(net, model_input.shape, opts)
     record = trace_workload(workload, opts, learn_calls(workload, net))
     if opts.device == "cuda":
         from opcost import nvml
 
+        t0 = time.perf_counter()
         with nvml.EnergyCounter(nvml.cuda_device_uuid(torch.cuda.current_device())) as counter:
             record.update(graph_figures(workload, opts, counter.read_mj))
+        record["trace_cost_s"]["graph"] = time.perf_counter() - t0
     return record
