@@ -545,6 +545,7 @@ def _toy_replay_dataset(burst_steps, burst_wall_s):
             "traced_host_time_s": 6e-3,  # the profiler doubles the host's spans
             "traced_forward_host_time_s": 6e-3,
             "gpu_time_s": 4e-3,
+            "forward_gpu_time_s": 4e-3,
             "n_kernels": 2.0,
             "time_s": 5e-3,
             "energy_j": 0.5,
@@ -585,6 +586,26 @@ def test_own_replay_of_a_burst_follows_a_hand_computed_timeline():
     assert row["replay_own_time_s"] == pytest.approx(5.1e-3)
 
 
+def test_own_replay_scales_the_spans_by_their_own_sum_not_the_median_traced_step():
+    """The breakdown is the traced steps' mean; the record's traced host time is their
+    median, which a slow first step leaves below the mean (convnext_tiny 1x224 on an H100,
+    2026-11-26: 40 ms median, 64 ms of spans). With a median of 4 ms against spans of
+    6 ms, the spans still scale to 1 ms a call (3 ms untraced over their 6 ms). Their
+    kernels, 3 ms where the unannotated trace ran 2 ms (annotation turns attention's
+    fused path off), scale to the network's 4 ms of GPU time. The burst then replays as
+    in the hand-computed timeline above: 4.55 ms a step (scaled by the median, calls of
+    1.5 ms would give 5.55 ms)."""
+    from opcost.validate.replay import replay_validation
+
+    dataset, seqs, spans = _toy_replay_dataset(2, 4.6e-3)
+    net = dataset["kind"] == "network"
+    dataset.loc[net, ["traced_host_time_s", "traced_forward_host_time_s"]] = 4e-3
+    spans["gpu_s"] = spans["gpu_s"] * 1.5
+    row = replay_validation(dataset, seqs, spans).iloc[0]
+    assert row["replay_own_burst_time_s"] == pytest.approx(4.55e-3)
+    assert row["replay_own_time_s"] == pytest.approx(5.1e-3)
+
+
 def test_replay_takes_the_gpu_busy_time_where_kernels_overlap():
     """The toy network again, its op a's two kernels overlapping so the GPU is busy 1 ms
     of their 2 ms (op a: ``gpu_busy_time_s``, its spans: ``gpu_busy_s``). By hand, two
@@ -594,6 +615,7 @@ def test_replay_takes_the_gpu_busy_time_where_kernels_overlap():
 
     dataset, seqs, spans = _toy_replay_dataset(2, 3.6e-3)
     dataset["gpu_busy_time_s"] = dataset["gpu_time_s"] / 2
+    dataset["forward_gpu_busy_time_s"] = dataset["forward_gpu_time_s"] / 2
     spans["gpu_busy_s"] = spans["gpu_s"] / 2
     row = replay_validation(dataset, seqs, spans).iloc[0]
     assert row["replay_own_burst_time_s"] == pytest.approx(3.55e-3)

@@ -115,17 +115,40 @@ def _isolated_steps(seq: list[str], ops: pd.DataFrame, training: bool) -> pd.Dat
     return pd.concat([fwd.reset_index(), bwd.reset_index()], ignore_index=True)
 
 
+def _net_gpu_s(net: pd.Series) -> tuple[float, float]:
+    """A network's GPU time in its forward pass and in its step: busy time where its
+    trace records it, else the kernels' durations summed."""
+    fwd, whole = net.get("forward_gpu_busy_time_s"), net.get("gpu_busy_time_s")
+    if fwd is not None and whole is not None and pd.notna(fwd) and pd.notna(whole):
+        return float(fwd), float(whole)
+    return float(net["forward_gpu_time_s"]), float(net["gpu_time_s"])
+
+
+def _scaled(values: pd.Series, forward: pd.Series, fwd_total: float, total: float) -> pd.Series:
+    """``values`` scaled per pass so that the forward spans add up to ``fwd_total`` and
+    the backward spans to ``total - fwd_total`` (a pass of zero is left as it is)."""
+    fwd_sum = float(values[forward].sum())
+    bwd_sum = float(values[~forward].sum())
+    scale_fwd = fwd_total / fwd_sum if fwd_sum > 0 else 1.0
+    scale_bwd = (total - fwd_total) / bwd_sum if bwd_sum > 0 else 1.0
+    return values * np.where(forward, scale_fwd, scale_bwd)
+
+
 def _own(net: pd.Series, spans: pd.DataFrame, repeats: int) -> rp.Replay:
-    traced_fwd = net["traced_forward_host_time_s"]
-    traced_bwd = net["traced_host_time_s"] - traced_fwd
-    scale_fwd = net["forward_host_time_s"] / traced_fwd if traced_fwd > 0 else 1.0
-    bwd = net["host_time_s"] - net["forward_host_time_s"]
-    scale_bwd = bwd / traced_bwd if traced_bwd > 0 else 1.0
+    """The network's breakdown replayed, each pass's spans scaled so that their host
+    times add up to the pass's untraced host time, and their GPU times to the pass's
+    GPU time in the unannotated trace. The spans tile each traced pass and are its mean
+    over the traced steps, so their own sums are what they are scaled from (the record's
+    traced host times are medians: a slow first traced step would skew the scale). The
+    GPU scale undoes what annotating the calls changes (attention's fused path off) and
+    kernels of consecutive calls that overlap on several streams, which no span holds."""
     spans = spans.sort_values("index")
-    scale = np.where(spans["phase"] == "forward", scale_fwd, scale_bwd)
+    forward = spans["phase"] == "forward"
+    host = _scaled(spans["host_s"], forward, net["forward_host_time_s"], net["host_time_s"])
+    gpu = _scaled(busy_s(spans, "gpu_busy_s", "gpu_s"), forward, *_net_gpu_s(net))
     return rp.replay(
-        list(spans["host_s"] * scale),
-        list(busy_s(spans, "gpu_busy_s", "gpu_s")),
+        list(host),
+        list(gpu),
         list(spans["n_kernels"]),
         kernel_gap_s=_or0(net["launch_gap_s"]),
         sync_s=_or0(net["sync_s"]),
