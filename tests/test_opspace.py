@@ -695,3 +695,21 @@ def test_the_power_samples_are_spread_evenly_over_each_family(tmp_path, n, k):
         gaps = np.diff(marked)
         assert gaps.max() - gaps.min() <= 1
         assert marked[-1] == n - 1
+
+
+def test_a_measured_convolutions_busy_time_never_exceeds_its_summed_kernel_time():
+    """The union of a step's kernel intervals is at most their summed durations, and
+    equal where they do not overlap: so in the H100 re-measurement of 240 sampled
+    convolutions (tests/data/opspace_busy, 2026-11-26) every row's busy time lies in
+    (0, sum] (to 0.1 %: each is a median over the traced steps, taken apart), dense
+    convolutions keep the GPU busy for their whole sum nearly always, and grouped ones,
+    whose kernels cuDNN runs on several streams, often do not."""
+    table = pd.read_parquet(REPO / "tests" / "data" / "opspace_busy" / "opspace_busy.parquet")
+    ok = table[(table["status"] == "ok") & (table["gpu_time_s"] > 0)]
+    assert len(ok) == len(table) == 960
+    share = ok["gpu_busy_time_s"] / ok["gpu_time_s"]
+    assert (share > 0).all()
+    assert (share <= 1.001).all()
+    grouped = ok["groups"] > 1
+    assert (share[~grouped] < 0.9).mean() < 0.02
+    assert (share[grouped] < 0.9).mean() > 0.1
