@@ -41,31 +41,28 @@ ops = pd.read_parquet("data/hopper/ops/unique.parquet").sample(args.ops, random_
 networks = [ModelInput(n, (8, 3, 224, 224)) for n in args.networks]
 
 
+def jobs(kind: str):
+    """Each job of ``kind`` as its name and the arguments that say what it traces."""
+    if kind == "op":
+        for r in ops.itertuples():
+            yield r.op_id, {"spec": json.loads(r.spec), "op_id": r.op_id}
+    else:
+        for mi in networks:
+            yield mi.name, {"model_input": mi}
+
+
 def trace_all(kind: str, tmp: Path) -> None:
     for mode in ("inference", "training"):
-        if kind == "op":
-            for r in ops.itertuples():
-                tracing.trace_job(
-                    kind="op",
-                    gpu=gpu,
-                    setting=parse_setting("default"),
-                    mode=mode,
-                    profile_config=config,
-                    json_path=tmp / f"{r.op_id}.{mode}.json",
-                    spec=json.loads(r.spec),
-                    op_id=r.op_id,
-                )
-        else:
-            for mi in networks:
-                tracing.trace_job(
-                    kind="network",
-                    gpu=gpu,
-                    setting=parse_setting("default"),
-                    mode=mode,
-                    profile_config=config,
-                    json_path=tmp / f"{mi.name}.{mode}.json",
-                    model_input=mi,
-                )
+        for name, what in jobs(kind):
+            tracing.trace_job(
+                kind=kind,
+                gpu=gpu,
+                setting=parse_setting("default"),
+                mode=mode,
+                profile_config=config,
+                json_path=tmp / f"{name}.{mode}.json",
+                **what,
+            )
 
 
 for kind in ("op", "network"):
