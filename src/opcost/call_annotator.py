@@ -1,0 +1,136 @@
+"""Each op call of a network annotated in a profiler trace, as :mod:`opcost.extract` finds it.
+
+A :class:`CallAnnotator` wraps every call extraction counts as an op (leaf modules, torch
+calls made directly in a non-leaf module's ``forward``) in a profiler range
+``opcost.call#<k>``, so that :mod:`opcost.kineto` can cut a traced step into one host span
+per call and map each span to its op id (used by :mod:`opcost.tracing`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode, resolve_name
+
+from opcost import harness, kineto
+from opcost import spec as specs
+from opcost.extract import _METADATA, _has_tensor
+
+
+class _Range:
+    """A profiler annotation opened and closed by hand (module hooks)."""
+
+    def __init__(self, name: str) -> None:
+        self.rf = torch.autograd.profiler.record_function(name)
+        self.rf.__enter__()
+
+    def close(self) -> None:
+        self.rf.__exit__(None, None, None)
+
+
+class CallAnnotator(TorchFunctionMode):
+    """Annotates each op call of a network the way :mod:`opcost.extract` finds ops.
+
+    ``learn()`` runs one forward pass to learn which modules are leaves (returned without
+    calling a child); while active afterwards, each leaf module call and each torch call
+    made directly in a non-leaf module's ``forward`` is wrapped in ``opcost.call#<k>``,
+    ``k`` counting calls in the order extraction gives them positions. ``calls`` maps
+    ``k`` to the op id of the op that ran there (calls extraction drops map to None).
+    """
+
+    def __init__(self, net: torch.nn.Module) -> None:
+        super().__init__()
+        self.net = net
+        self.leaves: set[int] = set()
+        self.learning = False
+        self.stack: list[list[Any]] = []  # [module, called_child, range]
+        self.calls: dict[int, str | None] = {}
+        self.counter = 0
+        self._busy = False
+
+    @contextlib.contextmanager
+    def active(self, learning: bool = False) -> Iterator[None]:
+        self.learning = learning
+        self.counter = 0
+        handles = []
+        for module in self.net.modules():
+            handles.append(module.register_forward_pre_hook(self._pre, with_kwargs=True))
+            handles.append(module.register_forward_hook(self._post, with_kwargs=True))
+        try:
+            with self:
+                yield
+        finally:
+            for h in handles:
+                h.remove()
+
+    def _open(self) -> tuple[int, _Range]:
+        self._busy = True
+        try:
+            k = self.counter
+            self.counter += 1
+            return k, _Range(f"{kineto.CALL_PREFIX}{k}")
+        finally:
+            self._busy = False
+
+    def _pre(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        if self.stack:
+            self.stack[-1][1] = True
+        opened = None if self.learning or id(module) not in self.leaves else self._open()
+        self.stack.append([module, False, opened])
+
+    def _post(self, module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+        module_, called_child, opened = self.stack.pop()
+        if self.learning:
+            if not called_child:
+                self.leaves.add(id(module_))
+            return
+        if opened is None:
+            return
+        k, rng = opened
+        self._busy = True
+        try:
+            rng.close()
+            spec = specs.make_spec(
+                "module",
+                specs.qualified_name(type(module)),
+                args,
+                kwargs,
+                output,
+                attrs=specs.module_attrs(module),
+            )
+            self.calls[k] = specs.op_id(spec) if spec is not None else None
+        finally:
+            self._busy = False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self._busy or self.learning or not self.stack or id(self.stack[-1][0]) in self.leaves:
+            return func(*args, **kwargs)
+        k, rng = self._open()
+        try:
+            result = func(*args, **kwargs)
+        finally:
+            self._busy = True
+            rng.close()
+            self._busy = False
+        name = resolve_name(func)
+        op_id = None
+        if name is not None and not _METADATA.search(name) and _has_tensor(result):
+            spec = specs.make_spec("function", name, args, kwargs, result)
+            op_id = specs.op_id(spec) if spec is not None else None
+        self.calls[k] = op_id
+        return result
+
+
+def learn_calls(workload: harness.Workload, net: torch.nn.Module) -> CallAnnotator:
+    """A :class:`CallAnnotator` for ``net`` that has learnt its leaves from one step."""
+    annotator = CallAnnotator(net)
+    with workload.context(), annotator.active(learning=True):
+        if workload.forward_pass is not None:
+            workload.backward_pass(workload.forward_pass())
+        else:
+            workload.step()
+    return annotator
