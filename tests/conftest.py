@@ -15,6 +15,20 @@ FAKES = TESTS / "fakes"
 sys.path.insert(0, str(TESTS))
 
 
+def module_spec(module, *inputs) -> dict:
+    """The spec extraction records for ``module`` called on ``inputs``."""
+    from opcost import spec as specs
+
+    return specs.make_spec(
+        "module",
+        specs.qualified_name(type(module)),
+        inputs,
+        {},
+        module(*inputs),
+        attrs=specs.module_attrs(module),
+    )
+
+
 @pytest.fixture(autouse=True)
 def _private_op_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Each test's `opcost extract`/`predict` caches op tables in its own directory, not

@@ -248,3 +248,26 @@ def test_plan_agrees_with_the_dry_run_once_the_op_list_exists(
     dry = _dry_run_profiling(_snakemake(workdir, "--dry-run", "--configfile", str(study_file)))
     assert dry == {"a": 35, "b": 17}
     assert {gpu: p.missing for gpu, p in plans.items()} == dry
+
+
+@pytest.mark.slow
+def test_a_gpu_study_traces_in_its_profiling_jobs_unless_it_traces_apart(
+    study_file: Path, tmp_path: Path
+) -> None:
+    """By default no trace job runs (each profiling job traces what it measured); with
+    ``profile.traces: separate_jobs`` a GPU configuration has one per measurement, and a
+    CPU configuration none either way."""
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    _snakemake(
+        workdir, "results/ops/unique.parquet", "--cores", "2", "--configfile", str(study_file)
+    )
+    apart = tmp_path / "apart.yaml"
+    config = yaml.safe_load(study_file.read_text())
+    config["profile"]["traces"] = "separate_jobs"
+    apart.write_text(yaml.safe_dump(config, sort_keys=False))
+    for path, traces in ((study_file, 0), (apart, MEASUREMENTS["a"])):
+        log = _snakemake(workdir, "--dry-run", "--configfile", str(path))
+        jobs = re.findall(r"^\s*(?:local)?rule (trace_op|trace_network):", log, re.MULTILINE)
+        assert len(jobs) == traces
+        assert _dry_run_profiling(log) == MEASUREMENTS

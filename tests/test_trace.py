@@ -219,6 +219,18 @@ def _call_order(table) -> list[tuple[int, str]]:
     )
 
 
+def extraction_order(table) -> list[str]:
+    """The op id of each call of an op table, in the order of the calls' positions."""
+    return [
+        oid
+        for _, oid in sorted(
+            (int(p), oid)
+            for oid, ps in zip(table["op_id"], table["positions"], strict=True)
+            for p in ps.split(",")
+        )
+    ]
+
+
 def test_extraction_positions_give_the_forward_passs_call_order():
     from opcost.extract import extract_model_input
     from opcost.names import ModelInput
@@ -242,14 +254,7 @@ def test_a_traced_network_finds_extractions_ops_in_extractions_order(mode, tmp_p
 
     mi = ModelInput("resnet18", (2, 3, 32, 32))  # batch norm trains on 2 values or more
     table = extract_model_input(mi)
-    order = [
-        oid
-        for _, oid in sorted(
-            (int(p), oid)
-            for oid, ps in zip(table["op_id"], table["positions"], strict=True)
-            for p in ps.split(",")
-        )
-    ]
+    order = extraction_order(table)
     gpu = GpuConfig("local", "cpu", True, "float32", (parse_setting("default"),), None, None)
     record = tracing.trace_job(
         kind="network",
@@ -444,21 +449,13 @@ def test_a_training_ops_trace_bursts_one_chain_step_and_times_a_short_loop(tmp_p
     """A training op's step is a chain of calls: its host bursts are one step each; an
     op's timed loop is the short one."""
     import torch
+    from conftest import module_spec
 
     from opcost import harness, profile, tracing
-    from opcost import spec as specs
     from opcost.config import GpuConfig
     from opcost.names import parse_setting
 
-    linear, x = torch.nn.Linear(8, 8), torch.randn(4, 8)
-    spec = specs.make_spec(
-        "module",
-        specs.qualified_name(type(linear)),
-        (x,),
-        {},
-        linear(x),
-        attrs=specs.module_attrs(linear),
-    )
+    spec = module_spec(torch.nn.Linear(8, 8), torch.randn(4, 8))
     gpu = GpuConfig("local", "cpu", True, "float32", (parse_setting("default"),), None, None)
     record = tracing.trace_job(
         kind="op",

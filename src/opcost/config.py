@@ -527,3 +527,10 @@ def load_study_file(path: str | Path, **kwargs: Any) -> Study:
     if not isinstance(config, dict):
         raise ConfigError(f"{path}: the config must be a mapping")
     return load_study(config, **kwargs)
+
+
+def traced_in_job(profile_config: dict[str, Any], device: str) -> bool:
+    """Whether a profiling job on ``device`` also traces what it measured, right after
+    its timed window (config ``profile.traces``): on a GPU, unless the study traces in
+    jobs of their own (``separate_jobs``)."""
+    return device == "cuda" and profile_config.get("traces") != "separate_jobs"

@@ -194,7 +194,7 @@ def evaluate_files(
         if row["status"] == "failed":
             failures.append({c: row[c] for c in FAILURE_COLUMNS})
         else:
-            row.update(trace_eval.trace_columns(trace_eval.trace_path(json_path)))
+            row.update(trace_eval.trace_columns(trace_eval.find_trace(json_path)))
             rows.append(row)
     dataset = pd.DataFrame.from_records(rows, columns=list(DATASET_COLUMNS))
     dataset = dataset.astype(DATASET_COLUMNS)
@@ -207,8 +207,10 @@ def breakdown_table(json_paths: Iterable[str | Path]) -> pd.DataFrame:
     """The traced breakdowns of the networks among ``json_paths`` (schema BREAKDOWN)."""
     rows = []
     for json_path in map(Path, json_paths):
-        trace = trace_eval.trace_path(json_path)
-        if json_path.parent.name == KIND_DIRS["network"] and trace.exists():
+        if json_path.parent.name != KIND_DIRS["network"]:
+            continue
+        trace = trace_eval.find_trace(json_path)
+        if trace is not None:
             rows += trace_eval.breakdown_rows(trace)
     table = pd.DataFrame.from_records(rows, columns=list(BREAKDOWN.names))
     return table.astype(BREAKDOWN.dtypes())

@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from opcost import device_lock, harness
-from opcost.config import GpuConfig
+from opcost.config import GpuConfig, traced_in_job
 from opcost.errors import OpcostError
 from opcost.io import staged_path
 from opcost.names import ModelInput, Setting
@@ -351,7 +351,15 @@ def profile_job(
                         publish=False,
                     ) as read_mj,
                 ):
-                    _measure_into(record, kind, spec, model_input, opts, read_mj)
+                    _measure_into(
+                        record,
+                        kind,
+                        spec,
+                        model_input,
+                        opts,
+                        read_mj,
+                        traced=traced_in_job(profile_config, opts.device),
+                    )
             finally:
                 if opts.device == "cuda":
                     torch.cuda.empty_cache()
@@ -478,9 +486,12 @@ def _measure_into(
     model_input: ModelInput | None,
     opts: harness.HarnessOptions,
     read_mj: Any,
+    traced: bool = False,
 ) -> None:
-    """Build the op or network and measure it; its timing, or why it failed, into ``record``."""
-    workload = None
+    """Build the op or network and measure it; its timing, or why it failed, into
+    ``record``; ``traced``: then, after the timed window, its trace into
+    ``record["trace"]`` (:func:`opcost.tracing.trace_after_window`)."""
+    workload = net = None
     try:
         with failure_recorded(record):
             if kind == "op":
@@ -490,11 +501,16 @@ def _measure_into(
 
                 net = build_model(model_input.model)
                 workload = harness.prepare_network(net, model_input.shape, opts)
-            record.update(_timing_fields(harness.measure(workload, opts, read_mj)))
+            timing = harness.measure(workload, opts, read_mj)
+            record.update(_timing_fields(timing))
+        if traced and record["status"] == "ok":
+            from opcost import tracing
+
+            record["trace"] = tracing.trace_after_window(kind, workload, net, opts, timing)
     finally:
         # Unbound here, so the caller's empty_cache can free its memory even while an
         # exception (whose traceback holds this frame) propagates.
-        del workload
+        del workload, net
 
 
 @contextlib.contextmanager

@@ -104,10 +104,20 @@ TRACE_DATASET_COLUMNS = (
     _col("graph_n_kernels", "float64", "", "kernels per step of traced replays"),
     _col("graph_launch_gap_s", "float64", "s", "median idle gap between two graph kernels"),
     _col("graph_failure_reason", "str", "", "why the step could not be captured"),
-    _col("trace_wall_time_s", "float64", "s", "time per call of the trace job's timed loop"),
+    _col(
+        "trace_wall_time_s",
+        "float64",
+        "s",
+        "time per call beside the trace: the profiling job's window, or a trace job's loop",
+    ),
     _col("trace_number_per_run", "Int64", "", "calls per timed block of that loop"),
-    _col("trace_host", "str", "", "host name of the trace job"),
-    _col("trace_json_path", "str", "", "the trace JSON these columns come from"),
+    _col("trace_host", "str", "", "host name of the job that traced"),
+    _col(
+        "trace_json_path",
+        "str",
+        "",
+        "the JSON these columns come from: the benchmark JSON, or a trace job's",
+    ),
 )
 
 DATASET = Table(
@@ -550,8 +560,14 @@ RECORD_FIELDS: dict[str, RecordField] = {
         "s",
         **_UNCHECKED,
     ),
+    "trace": _field(
+        "object",
+        "the trace the job recorded right after its timed window (CUDA configurations, "
+        "config `profile.traces: in_profiling_jobs`): a trace record's figures, below",
+        **_UNCHECKED,
+    ),
 }
 #: Fields a record of ``status: ok`` must hold, not null.
 REQUIRED_WHEN_OK = ("iterations", "total_time_s", "timed_start_unix_s", "timed_end_unix_s")
 #: Record fields only a measurement on a CUDA GPU writes.
-GPU_ONLY_FIELDS = ("power_interval_ms", "power_limit_default_w")
+GPU_ONLY_FIELDS = ("power_interval_ms", "power_limit_default_w", "trace")

@@ -1,7 +1,10 @@
 """A measurement's trace (``opcost.tracing``) as dataset columns and breakdown rows.
 
-A trace lies beside its profiling pair: ``results/raw/{gpu}/{setting}/{mode}/traces/
-{ops|networks}/{name}.json`` for ``.../{ops|networks}/{name}.json``. Its columns join the
+A trace is recorded by the profiling job itself, after its timed window, in its benchmark
+JSON (key ``trace``), or by a trace job of its own, beside its profiling pair:
+``results/raw/{gpu}/{setting}/{mode}/traces/{ops|networks}/{name}.json`` for
+``.../{ops|networks}/{name}.json`` (config ``profile.traces``). Where a measurement has
+both, the one finished last counts (:func:`find_trace`). Its columns join the
 measurement's dataset row (NaN where there is no trace, or it failed); a network's
 per-op breakdown becomes rows of ``results/dataset/{gpu}.breakdown.parquet``
 (:data:`opcost.schemas.BREAKDOWN`). No torch needed.
@@ -11,7 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from opcost.errors import OpcostError
 
@@ -76,25 +79,74 @@ def read_trace(path: str | Path) -> dict[str, Any]:
     return record
 
 
-def trace_columns(path: str | Path | None) -> dict[str, Any]:
-    """The dataset columns of one trace (all None without a usable one)."""
+class Trace(NamedTuple):
+    """A trace record and the JSON it lies in (a trace job's, or a benchmark JSON)."""
+
+    record: dict[str, Any]
+    path: Path
+
+
+def embedded_trace(benchmark: dict[str, Any]) -> dict[str, Any] | None:
+    """The trace a profiling job recorded in its benchmark record ``benchmark``, as a
+    trace job's record reads (the job's header, then the trace's figures), else None."""
+    trace = benchmark.get("trace")
+    if not isinstance(trace, dict):
+        return None
+    header = {k: v for k, v in benchmark.items() if k != "trace"}
+    return {**header, **trace}
+
+
+def find_trace(json_path: str | Path) -> Trace | None:
+    """The trace of the measurement whose benchmark JSON is ``json_path``: the one its
+    profiling job recorded, or a trace job's beside it (:func:`trace_path`); where both
+    exist, the one finished last (a study traced again on purpose). None without one."""
+    json_path = Path(json_path)
+    found = []
+    separate = trace_path(json_path)
+    if separate.exists():
+        found.append(Trace(read_trace(separate), separate))
+    try:
+        benchmark = json.loads(json_path.read_text())
+    except (OSError, ValueError):
+        benchmark = None
+    embedded = embedded_trace(benchmark) if isinstance(benchmark, dict) else None
+    if embedded is not None:
+        found.append(Trace(embedded, json_path))
+    if not found:
+        return None
+    return max(found, key=lambda t: t.record.get("finished_unix_s") or 0.0)
+
+
+def _as_trace(trace: Trace | str | Path | None) -> Trace | None:
+    if trace is None or isinstance(trace, Trace):
+        return trace
+    if not Path(trace).exists():
+        return None
+    return Trace(read_trace(trace), Path(trace))
+
+
+def trace_columns(trace: Trace | str | Path | None) -> dict[str, Any]:
+    """The dataset columns of one trace (a :class:`Trace`, or a trace job's JSON; all
+    None without a usable one)."""
     out: dict[str, Any] = dict.fromkeys(TRACE_COLUMNS)
-    if path is None or not Path(path).exists():
+    trace = _as_trace(trace)
+    if trace is None or trace.record["status"] != "ok":
         return out
-    record = read_trace(path)
-    if record["status"] != "ok":
-        return out
+    record = trace.record
     for key in _COPIED:
         out[key] = record.get(key)
     for column, key in _RENAMED.items():
         out[column] = record.get(key)
-    out["trace_json_path"] = str(path)
+    out["trace_json_path"] = str(trace.path)
     return out
 
 
-def breakdown_rows(path: str | Path) -> list[dict[str, Any]]:
+def breakdown_rows(trace: Trace | str | Path) -> list[dict[str, Any]]:
     """A network trace's breakdown: one row per host span of its mean traced step."""
-    record = read_trace(path)
+    found = _as_trace(trace)
+    if found is None:
+        raise TraceRecordError(f"trace {trace} cannot be read (no such file); rerun its trace job")
+    record = found.record
     if record["status"] != "ok" or record.get("kind") != "network":
         return []
     rows = []

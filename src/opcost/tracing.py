@@ -190,20 +190,26 @@ def trace_workload(
     annotator: CallAnnotator | None = None,
     keep_trace: Path | None = None,
     wall_window_s: float = WALL_WINDOW_S,
+    wall: harness.Timing | None = None,
 ) -> dict[str, Any]:
     """Host, wall and kernel times of ``workload`` on this host (module docstring);
     ``keep_trace``: where to write the profiler's trace too (gzipped JSON);
-    ``wall_window_s``: the timed loop's window."""
+    ``wall_window_s``: the timed loop's window; ``wall``: the timing of a window that
+    has just run (a profiling job's), which stands for the loop: the workload is then
+    warm and the GPU at its clocks, so neither warm-up steps nor a loop run."""
     device = torch.device(opts.device)
     calls = workload.calls_per_step
-    with workload.context(), harness._no_cyclic_gc():
-        for _ in range(WARMUP_STEPS):
-            workload.step()
-        harness._sync(device)
-    # The timed loop first: it also brings the GPU to its clocks for the traced steps.
-    warmup_s = WALL_WARMUP_SHARE * wall_window_s
     t0 = time.perf_counter()
-    wall = harness.measure(workload, replace(opts, min_run_time_s=wall_window_s, warmup_s=warmup_s))
+    if wall is None:
+        with workload.context(), harness._no_cyclic_gc():
+            for _ in range(WARMUP_STEPS):
+                workload.step()
+            harness._sync(device)
+        # The timed loop first: it also brings the GPU to its clocks for the traced steps.
+        warmup_s = WALL_WARMUP_SHARE * wall_window_s
+        t0 = time.perf_counter()
+        loop = replace(opts, min_run_time_s=wall_window_s, warmup_s=warmup_s)
+        wall = harness.measure(workload, loop)
     t1 = time.perf_counter()
     # Kernel time and kernels from steps run as the network runs. A network's calls are
     # annotated in a second pass: its TorchFunctionMode makes modules with a fused fast
@@ -511,8 +517,18 @@ def _trace(
     # host's CPU (seconds for the larger networks).
     with torch.device(opts.device):
         net = build_model(model_input.model)
-    workload = harness.prepare_network(net, model_input.shape, opts)
-    record = trace_workload(workload, opts, learn_calls(workload, net))
+    return trace_network(harness.prepare_network(net, model_input.shape, opts), net, opts)
+
+
+def trace_network(
+    workload: harness.Workload,
+    net: torch.nn.Module,
+    opts: harness.HarnessOptions,
+    wall: harness.Timing | None = None,
+) -> dict[str, Any]:
+    """:func:`trace_workload` of network ``net`` with its own breakdown, and on a GPU its
+    figures from a CUDA graph (:func:`graph_figures`); ``wall`` as there."""
+    record = trace_workload(workload, opts, learn_calls(workload, net), wall=wall)
     if opts.device == "cuda":
         from opcost import nvml
 
@@ -521,3 +537,29 @@ def _trace(
             record.update(graph_figures(workload, opts, counter.read_mj))
         record["trace_cost_s"]["graph"] = time.perf_counter() - t0
     return record
+
+
+def trace_after_window(
+    kind: str,
+    workload: harness.Workload,
+    net: torch.nn.Module | None,
+    opts: harness.HarnessOptions,
+    wall: harness.Timing,
+) -> dict[str, Any]:
+    """The trace a profiling job records of ``workload`` right after its timed window
+    (``wall``, that window's timing): the figures of a trace job
+    (:func:`trace_workload`, :func:`trace_network` for a network ``net``) and the
+    host's facts, with ``status`` and ``failure_reason``; its wall time is the
+    window's. ``trace_cost_s["total"]`` is what it added to the job, set-up included.
+    A profiler that records no device work raises :class:`TraceFailed`."""
+    t0 = time.perf_counter()
+    trace: dict[str, Any] = {"status": "ok", "failure_reason": None}
+    trace.update(host_facts(opts.device))
+    with profile.failure_recorded(trace):
+        if kind == "op":
+            trace.update(trace_workload(workload, opts, wall=wall))
+        else:
+            trace.update(trace_network(workload, net, opts, wall=wall))
+    if trace["status"] == "ok":
+        trace["trace_cost_s"]["total"] = time.perf_counter() - t0
+    return trace

@@ -20,7 +20,7 @@ from typing import Any
 
 import pandas as pd
 
-from opcost.config import GpuConfig, Study
+from opcost.config import GpuConfig, Study, traced_in_job
 from opcost.errors import OpcostError
 from opcost.io import write_atomic, write_parquet_atomic
 from opcost.names import parse_setting
@@ -178,9 +178,11 @@ def require_raw_logs(dataset_path: str | Path) -> None:
 
 
 def trace_prefixes(study: Study, gpu: str, op_ids: list[str]) -> list[str]:
-    """Every trace of one GPU configuration, as path prefixes (add .json): none unless its
-    device is ``cuda`` (a CPU runs each op to its end before the next: nothing to replay)."""
-    if study.gpus[gpu].device != "cuda":
+    """Every trace job's output of one GPU configuration, as path prefixes (add .json):
+    none unless its device is ``cuda`` (a CPU runs each op to its end before the next:
+    nothing to replay) and the study traces in jobs of their own (``profile.traces``;
+    by default each profiling job traces what it measured, into its benchmark JSON)."""
+    if study.gpus[gpu].device != "cuda" or traced_in_job(study.config["profile"], "cuda"):
         return []
     return raw_prefixes(study, gpu, op_ids, under="traces/")
 

@@ -102,6 +102,14 @@ def get_traces(wildcards):
     return [f"{p}.json" for p in wf.trace_prefixes(STUDY, wildcards.gpu, op_ids)]
 
 
+def get_traced_records(wildcards):
+    # What carries one GPU configuration's traces: its trace jobs' outputs, or, where its
+    # profiling jobs trace (profile.traces), its raw logs.
+    if wf.traced_in_job(STUDY.config["profile"], STUDY.gpus[wildcards.gpu].device):
+        return get_raw_jsons(wildcards)
+    return get_traces(wildcards)
+
+
 def get_all_traces(wildcards):
     # Part of the default target for the same reason as the raw logs (below).
     if not STUDY.gpus:

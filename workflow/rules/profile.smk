@@ -54,10 +54,12 @@ rule profile_network:
         wf.run_profile(STUDY, wildcards, output, log, kind="network")
 
 
-# Traces (opcost.tracing): each op's and network's host time, GPU kernel time and kernels
-# on this host, from a short run under torch.profiler, with no power window. CUDA GPU
-# configurations only. Raw logs too, protected likewise; on a cluster they join the
-# profiling batches (profiles/slurm: groups).
+# Traces (opcost.tracing) in jobs of their own (profile.traces: separate_jobs; by default
+# each profiling job traces what it measured, after its timed window): each op's and
+# network's host time, GPU kernel time and kernels on this host, from a short run under
+# torch.profiler, with no power window. CUDA GPU configurations only. Raw logs too,
+# protected likewise; on a cluster they join the profiling batches (profiles/slurm:
+# groups).
 rule trace_op:
     output:
         json=protected("results/raw/{gpu}/{setting}/{mode}/traces/ops/{op_id}.json"),
@@ -93,10 +95,12 @@ rule trace_network:
         wf.run_trace(STUDY, wildcards, output, log, kind="network")
 
 
-# Every trace of one GPU configuration: `snakemake traces_h100 --configfile ...` traces a
-# study whose power measurements exist already, in one run on one host.
+# Every trace of one GPU configuration: `snakemake results/raw/h100/traces.done
+# --configfile ...` traces a study whose power measurements exist already, in one run on
+# one host (profile.traces: separate_jobs); where profiling jobs trace (the default), its
+# raw logs are its traces.
 rule traces:
     input:
-        get_traces,
+        get_traced_records,
     output:
         touch("results/raw/{gpu}/traces.done"),
