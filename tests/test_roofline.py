@@ -498,7 +498,7 @@ def _module(kind: str, inputs: list[list[int]], outputs: list[list[int]], **attr
 
 
 @pytest.mark.parametrize(
-    ("spec", "gemm"),
+    ("spec", "gemm", "align"),
     [
         # Grouped 3x3 convolution, 512 -> 128 channels in 8 groups on 13x13, batch 9:
         # m = 9*13*13 output pixels, n = 128/8, k = 512/8 * 9 per group.
@@ -507,6 +507,7 @@ def _module(kind: str, inputs: list[list[int]], outputs: list[list[int]], **attr
                     out_channels=128, kernel_size=[3, 3], stride=[1, 1], padding=[1, 1],
                     dilation=[1, 1], groups=8, bias=True, transposed=False),
             (1, 1521, 16, 576, 8, 0.0),
+            (4, 6),  # n = 16 = 2^4; the group's 64 input channels, not k = 64 * 9 taps
         ),
         # Depthwise 3x3, stride 2: 32 groups of one channel, 56 -> 28.
         (
@@ -514,28 +515,40 @@ def _module(kind: str, inputs: list[list[int]], outputs: list[list[int]], **attr
                     out_channels=32, kernel_size=[3, 3], stride=[2, 2], padding=[1, 1],
                     dilation=[1, 1], groups=32, bias=False, transposed=False),
             (1, 4 * 28 * 28, 1, 9, 32, 1.0),
+            (0, 0),  # one channel a group
+        ),
+        # A patchify stem (convnext's, swin's): 4x4 kernel, stride 4, 3 -> 96 channels.
+        (
+            _module("conv.Conv2d", [[2, 3, 32, 32]], [[2, 96, 8, 8]], in_channels=3,
+                    out_channels=96, kernel_size=[4, 4], stride=[4, 4], padding=[0, 0],
+                    dilation=[1, 1], groups=1, bias=True, transposed=False),
+            (1, 2 * 8 * 8, 96, 3 * 16, 1, 0.0),
+            (5, 0),  # 96 = 32 * 3; 3 input channels, although k = 48 taps of them align
         ),
         # Linear 64 -> 40 on 3 x 7 tokens: m = 21 rows.
         (
             _module("linear.Linear", [[3, 7, 64]], [[3, 7, 40]], in_features=64,
                     out_features=40, bias=True),
             (1, 21, 40, 64, 1, 0.0),
+            (3, 6),  # 40 = 8 * 5, 64 = 2^6
         ),
         # LayerNorm over 1064 features of 2 x 379 tokens: 758 rows of 1064.
         (
             _module("normalization.LayerNorm", [[2, 379, 1064]], [[2, 379, 1064]],
                     normalized_shape=[1064], elementwise_affine=True),
             (1, 758, 1, 1064, 1, 0.0),
+            (0, 3),  # 1064 = 8 * 133
         ),
         # BatchNorm2d: 64 channels, each reduced over 13 * 3 * 3 values.
         (
             _module("batchnorm.BatchNorm2d", [[13, 64, 3, 3]], [[13, 64, 3, 3]],
                     num_features=64, affine=True, track_running_stats=True),
             (1, 64, 1, 117, 1, 0.0),
+            (0, 0),  # 117 is odd
         ),
     ],
 )  # fmt: skip
-def test_shape_features_by_hand(spec: str, gemm: tuple) -> None:
+def test_shape_features_by_hand(spec: str, gemm: tuple, align: tuple) -> None:
     from opcost.model.roofline import SHAPE_FEATURES, shape_features
 
     got = dict(zip(SHAPE_FEATURES, shape_features(spec), strict=True))
@@ -547,6 +560,14 @@ def test_shape_features_by_hand(spec: str, gemm: tuple) -> None:
     x = json.loads(spec)["inputs"][0]["shape"]
     assert got["log_in_numel"] == pytest.approx(math.log(math.prod(x)))
     assert got["log_last_dim"] == pytest.approx(math.log(x[-1]))
+    assert (got["align_n"], got["align_k"]) == align
+
+
+@pytest.mark.parametrize(("size", "bits"), [(1, 0), (7, 0), (6, 1), (96, 5), (64, 6), (4096, 6)])
+def test_alignment_counts_the_powers_of_two_up_to_64(size: int, bits: int) -> None:
+    from opcost.model.roofline import alignment
+
+    assert alignment(size) == bits
 
 
 def test_shape_features_of_other_ops_are_not_applicable() -> None:
@@ -556,3 +577,4 @@ def test_shape_features_of_other_ops_are_not_applicable() -> None:
     f = shape_features(relu)
     assert f[:5] == (-1.0,) * 5
     assert f[6] == pytest.approx(math.log(256))
+    assert f[-2:] == (-1.0, -1.0)

@@ -699,7 +699,11 @@ SHAPE_FEATURES: tuple[str, ...] = (
     "log_in_numel",
     "log_out_numel",
     "log_last_dim",
+    "align_n",
+    "align_k",
 )
+#: The largest power of two an alignment feature counts (:func:`alignment`).
+ALIGN_CAP = 64
 
 
 def _gemm(op: _Op, family: str) -> tuple[int, int, int, int, int, bool] | None:
@@ -781,13 +785,34 @@ def _shape_features(spec: str) -> tuple[float, ...]:
         return (na,) * len(SHAPE_FEATURES)
     if gemm is None:
         gemm_part = (na,) * 5 + (0.0,)
+        align_part = (na, na)
     else:
         *sizes, depthwise = gemm
         gemm_part = (*(math.log(max(v, 1)) for v in sizes), float(depthwise))
+        _, _, n, k, groups, _ = gemm
+        if family_of(op.type) == "conv":  # k holds the kernel's taps too: channels align
+            if op.kind == "module":
+                k = int(op.attrs.get("in_channels", 1)) // max(groups, 1)
+            else:
+                k = int((op.tensor_arg(1, "weight") or {"shape": [1, 1]})["shape"][1])
+        align_part = (float(alignment(n)), float(alignment(k)))
     last = op.shape(0)[-1] if op.inputs and op.shape(0) else 1
     return (
         *gemm_part,
         math.log(max(op.in_numel, 1)),
         math.log(max(op.out_numel, 1)),
         math.log(max(int(last), 1)),
+        *align_part,
     )
+
+
+def alignment(size: int) -> int:
+    """``log2`` of the largest power of two, up to ``ALIGN_CAP``, that divides ``size``:
+    GPU kernels load and tile in aligned vectors (a TF32 tensor-core tile takes 8
+    channels), so a product whose channels are a multiple of 8 or 64 can run other,
+    faster kernels than one of the next odd size (0 for an odd size)."""
+    size, bits = max(int(size), 1), 0
+    while size % 2 == 0 and (1 << bits) < ALIGN_CAP:
+        size //= 2
+        bits += 1
+    return bits
