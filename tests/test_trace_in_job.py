@@ -287,21 +287,28 @@ def _records(tarball: Path) -> list[dict]:
         return [json.load(tar.extractfile(m)) for m in tar.getmembers() if m.name.endswith(".json")]
 
 
-@pytest.mark.parametrize("study", ["hopper", "hopper-large"])
-def test_kernel_time_traced_in_a_profiling_job_is_a_trace_jobs(study):
+IN_JOB_RUNS = [  # (records, their study, their GPU)
+    ("hopper.tar.gz", "hopper", "h100"),
+    ("hopper-large.tar.gz", "hopper-large", "h100"),
+    ("hopper-large-h200.tar.gz", "hopper-large", "h200"),
+]
+
+
+@pytest.mark.parametrize(("records", "study", "gpu"), IN_JOB_RUNS)
+def test_kernel_time_traced_in_a_profiling_job_is_a_trace_jobs(records, study, gpu):
     """The same ops and networks traced in jobs of their own (the committed traces of
-    data/<study>/h100, another host) ran the same kernels for the same time: issue 22's
+    data/<study>/<gpu>, another host) ran the same kernels for the same time: issue 22's
     2 % (median) for one kind of GPU on two hosts."""
     import statistics
 
     theirs = {}
-    with tarfile.open(Path(__file__).parents[1] / "data" / study / "h100" / "traces.tar.gz") as tar:
+    with tarfile.open(Path(__file__).parents[1] / "data" / study / gpu / "traces.tar.gz") as tar:
         for m in tar.getmembers():
             if "/traces/" in m.name and m.name.endswith(".json"):
                 parts = Path(m.name).parts
                 theirs[(parts[-4], parts[-2], Path(m.name).stem)] = json.load(tar.extractfile(m))
     misses = {"ops": [], "networks": []}
-    for r in _records(IN_JOB / f"{study}.tar.gz"):
+    for r in _records(IN_JOB / records):
         kind = "ops" if r["kind"] == "op" else "networks"
         other = theirs[(r["mode"], kind, r["op_id"] or r["model_input"])]
         if other["status"] == "ok" and other["gpu_time_s"] > 0:
@@ -311,22 +318,25 @@ def test_kernel_time_traced_in_a_profiling_job_is_a_trace_jobs(study):
         assert statistics.median(values) < 0.02, kind
 
 
-@pytest.mark.parametrize("study", ["hopper", "hopper-large"])
-def test_a_networks_own_breakdown_traced_in_its_profiling_job_replays_its_bursts(study, tmp_path):
+@pytest.mark.parametrize(("records", "study", "gpu"), IN_JOB_RUNS)
+def test_a_networks_own_breakdown_traced_in_its_profiling_job_replays_its_bursts(
+    records, study, gpu, tmp_path
+):
     """Replayed as one host burst, each network's own breakdown meets the burst's measured
     wall time (the same steps, so the host's speed cancels) within 5 %."""
     from opcost.evaluate import breakdown_table, evaluate_files
     from opcost.validate.replay import _own
 
-    with tarfile.open(IN_JOB / f"{study}.tar.gz") as tar:
+    with tarfile.open(IN_JOB / records) as tar:
         nets = [m for m in tar.getmembers() if "/networks/" in m.name]
         tar.extractall(tmp_path, nets, filter="data")
+        name = json.load(tar.extractfile(nets[-1]))["gpu"]  # the records' configuration
     # The layout evaluate checks a record against: results/raw/{gpu}/{setting}/{mode}/...
-    raw = tmp_path / "results" / "raw" / "h" / "default"
+    raw = tmp_path / "results" / "raw" / name / "default"
     raw.parent.mkdir(parents=True)
     (tmp_path / study).rename(raw)
     jsons = sorted(str(p) for p in raw.glob("*/networks/*.json"))
-    dataset, _ = evaluate_files(jsons, "h")
+    dataset, _ = evaluate_files(jsons, name)
     breakdown = breakdown_table(jsons)
     assert len(dataset) == (32 if study == "hopper" else 16)
     for _, net in dataset.iterrows():
