@@ -1,8 +1,10 @@
 """Networks replayed from their ops (``opcost.replay``) against their measured time.
 
 Per GPU configuration, setting, mode and traced network, three predictions of its time
-per step beside what the trace job measured on the same host (``trace_wall_time_s``) and
-what the profiling job measured (``time_s``, a 1-s window, possibly another host):
+per step beside the time per step measured where it was traced (``trace_wall_time_s``:
+the profiling job's own window where that job traced, else the trace job's loop on the
+same host) and what the profiling job measured (``time_s``, a 1-s window, possibly
+another host when traced apart):
 
 * ``plain_sum_time_s``: the thesis's sum (5.1) of the isolated ops' wall times;
 * ``replay_isolated_time_s``: the replay of the network's call sequence (extraction's
