@@ -9,8 +9,12 @@ configuration what the workflow's profiling rules would run: the same raw files
 The GPU-hours are an estimate: per measurement, ``warmup_s + min_run_time_s`` plus the
 job overhead measured on the H100 and H200 runs (README: 0.27 s per job with the 0.2 s
 warm-up, so :data:`JOB_OVERHEAD_S` beyond it), and per SLURM batch the start-up measured
-on the test cluster (docs/slurm.md, "Batching"). A network's build or an op that cannot
-reach ``min_run_time_s`` in one block takes longer.
+on the test cluster (docs/slurm.md, "Batching"). Where the profiling jobs trace what they
+measured (a CUDA configuration, config ``profile.traces: in_profiling_jobs``), each adds
+the trace's mean time measured on the H100 and H200 (docs/results.md, "Traces and
+replay": :data:`TRACE_OP_S`, :data:`TRACE_NETWORK_S`), and each batch the profiler's first
+start (:data:`PROFILER_START_S`). A network's build or an op that cannot reach
+``min_run_time_s`` in one block takes longer.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from opcost.config import Study
+from opcost.config import Study, traced_in_job
 from opcost.errors import OpcostError
 from opcost.workflow import raw_prefixes
 
@@ -32,6 +36,12 @@ JOB_OVERHEAD_S = 0.07
 #: Seconds per SLURM batch before its first job (Python, Snakemake, torch, CUDA):
 #: about 10 s on the test cluster (docs/slurm.md, "Measured overhead per operation").
 BATCH_STARTUP_S = 10.0
+#: Seconds a profiling job's trace adds, mean per op and per network (an op 0.07-0.10 s,
+#: a network 2.0-2.6 s with its CUDA-graph window; experiments/trace_in_job_cost.py,
+#: H100 and H200, 2026-11-26), and the profiler's first start in a process (3.4-6 s).
+TRACE_OP_S = 0.09
+TRACE_NETWORK_S = 2.5
+PROFILER_START_S = 5.0
 #: The profiling group's name in the profile's ``group-components``.
 PROFILE_GROUP = "profile_{gpu}"
 
@@ -169,6 +179,13 @@ def plan_study(
         missing_networks = sum(1 for p in missing if "/networks/" in p)
         missing_ops = len(missing) - missing_networks
         batches = math.ceil(len(missing) / batching.batch_size)
+        traced = 0.0
+        if traced_in_job(profile, config.device):
+            traced = (
+                missing_ops * TRACE_OP_S
+                + missing_networks * TRACE_NETWORK_S
+                + batches * PROFILER_START_S
+            )
         requested = None
         if batching.op_runtime_min is not None and batching.network_runtime_min is not None:
             requested = (
@@ -187,7 +204,7 @@ def plan_study(
                 missing_ops=missing_ops,
                 missing_networks=missing_networks,
                 batches=batches,
-                gpu_hours=(len(missing) * job_s + batches * BATCH_STARTUP_S) / 3600,
+                gpu_hours=(len(missing) * job_s + batches * BATCH_STARTUP_S + traced) / 3600,
                 requested_hours=requested,
             )
         )

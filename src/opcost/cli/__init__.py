@@ -181,8 +181,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     print(
         f"to run: measurements not yet in {Path(args.directory) / 'results' / 'raw'} (.json "
         f"and .csv). GPU-h: per job warmup_s + min_run_time_s + {plan.JOB_OVERHEAD_S:g} s, "
-        f"per batch {plan.BATCH_STARTUP_S:g} s. Time limit asked: the profile's runtime per "
-        "job, summed over the batches."
+        f"per batch {plan.BATCH_STARTUP_S:g} s; where a CUDA configuration's jobs trace, "
+        f"{plan.TRACE_OP_S:g} s an op, {plan.TRACE_NETWORK_S:g} s a network, "
+        f"{plan.PROFILER_START_S:g} s a batch more. Time limit asked: the profile's runtime "
+        "per job, summed over the batches."
     )
     if study.included:
         print(f"included, measured elsewhere (not profiled): {', '.join(study.included)}")
