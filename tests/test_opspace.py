@@ -713,3 +713,19 @@ def test_a_measured_convolutions_busy_time_never_exceeds_its_summed_kernel_time(
     grouped = ok["groups"] > 1
     assert (share[~grouped] < 0.9).mean() < 0.02
     assert (share[grouped] < 0.9).mean() > 0.1
+
+
+@pytest.mark.parametrize("csv", ["opspace_path_check_h100.csv", "opspace_path_check_notf32.csv"])
+def test_the_op_spaces_measuring_path_gives_the_studies_kernel_times(csv):
+    """Ops of the network studies measured the op space's way on another H100 host
+    (tests/data/opspace_path_check, TF32 on and off): their kernel times are the
+    committed ones within 1 % (median) per op type, so the op models learn the same
+    quantity the networks' ops are scored against."""
+    import pandas as pd
+
+    path = Path(__file__).parent / "data" / "opspace_path_check" / csv
+    d = pd.read_csv(path)
+    ratio = (d["os"] / d["study"]).groupby(d["f"]).median()
+    assert len(ratio) == 6
+    assert (ratio - 1).abs().max() < 0.03
+    assert abs((d["os"] / d["study"]).median() - 1) < 0.01
