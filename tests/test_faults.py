@@ -1160,7 +1160,10 @@ def test_sigkill_during_train_then_the_lock_first_and_the_same_command_completes
     args = (metrics, "--cores", "2", "--configfile", str(config))
     proc = _start(repo, work, args, tmp_path / "run1.log")
     marker = _incomplete_marker(work, metrics)
-    _wait_for(lambda: [marker] if marker.exists() else [], "train running")
+    # Snakemake marks the outputs before it starts the script: the script's own log,
+    # which it opens once it runs, says that it does.
+    train_log = work / "logs/train/cpu.log"
+    _wait_for(lambda: [train_log] if marker.exists() and train_log.exists() else [], "train")
     proc.kill()
     proc.wait(timeout=60)
     # The orphaned training script writes its outputs all the same.
