@@ -91,17 +91,22 @@ def test_measured_op_models_train_on_the_studys_chunks_and_the_tf32_twins(repo):
     assert wf.op_models_gpus(study) == ["h100", "h200", "h100-notf32", "h200-notf32"]
     # Every round's: round 1's 2,272 configurations in chunks of 250 (10 chunks), then
     # round 2's and round 3's 1,200 each (5 chunks, r2-0 to r2-4 and r3-0 to r3-4),
-    # round 4's 120 (one chunk), round 5's 480 (two) and round 6's 720 (three).
+    # round 4's 120 (one chunk), round 5's 480 (two) and round 6's 720 (three); round 7's
+    # 400 (two) with TF32 off alone, round 8's 200 (one) on the H100 alone.
     names = [
         *map(str, range(10)), *(f"r{r}-{c}" for r in (2, 3) for c in range(5)),
         "r4-0", "r5-0", "r5-1", "r6-0", "r6-1", "r6-2",
     ]  # fmt: skip
     chunks = [f"results/op-space/raw/{{}}/{c}.parquet" for c in names]
+    off = [*chunks, *(f"results/op-space/raw/{{}}/r7-{c}.parquet" for c in (0, 1))]
     assert wf.op_model_inputs(study, "h200-notf32") == {
-        "chunks": [c.format("h200-notf32") for c in chunks],
+        "chunks": [c.format("h200-notf32") for c in off],
         "twin": [c.format("h200") for c in chunks],
     }
     assert wf.op_model_inputs(study, "h200")["twin"] == []
+    assert wf.op_model_inputs(study, "h100-notf32")["chunks"][-3:] == [
+        f"results/op-space/raw/h100-notf32/{c}.parquet" for c in ("r7-0", "r7-1", "r8-0")
+    ]
 
 
 def test_chunk_tables_without_a_usable_sample_stop_training_naming_them(repo, tmp_path):

@@ -105,9 +105,9 @@ def test_a_round_samples_with_the_newest_generator_unless_it_names_one():
     assert wf.op_space_sampling_params(study)["generator"] == 2
     assert wf.op_space_round_params(study, 2)["generator"] == 2
     assert wf.op_space_round_params(study, 3)["generator"] == 1
-    assert max(opspace.GENERATORS) == 3
-    config = _config([{**ROUND_2, "generator": 4}])
-    with pytest.raises(ConfigError, match=r"op_space\.rounds\.0\.generator: 4 is not allowed"):
+    assert max(opspace.GENERATORS) == 5
+    config = _config([{**ROUND_2, "generator": 6}])
+    with pytest.raises(ConfigError, match=r"op_space\.rounds\.0\.generator: 6 is not allowed"):
         load_study(config)
 
 
@@ -182,6 +182,33 @@ def test_every_rounds_chunks_are_measured(tmp_path):
     assert wf.op_space_chunks(study, 2) == [0, 1]
 
 
+def test_a_round_that_names_gpus_is_measured_and_trained_on_by_those_alone():
+    config = _config([ROUND_2, {**ROUND_3, "gpus": ["off"]}])
+    config["gpus"] = {
+        "on": {"device": "cuda", "tf32": True, "dtype": "float32"},
+        "off": {"device": "cuda", "tf32": False, "dtype": "float32"},
+    }
+    study = load_study(config)
+    assert wf.op_space_chunk_names(study, "on") == ["0", "1", "2", "r2-0", "r2-1"]
+    assert wf.op_space_chunk_names(study, "off") == ["0", "1", "2", "r2-0", "r2-1", "r3-0"]
+    raw = "results/op-space/raw"
+    assert wf.op_space_chunk_paths(study) == [
+        *(f"{raw}/on/{c}.parquet" for c in ("0", "1", "2", "r2-0", "r2-1")),
+        *(f"{raw}/off/{c}.parquet" for c in ("0", "1", "2", "r2-0", "r2-1", "r3-0")),
+    ]
+    # The TF32-off configuration trains on its own round 3 and on its twin's other rounds.
+    inputs = wf.op_model_inputs(study, "off")
+    assert inputs["chunks"][-1] == f"{raw}/off/r3-0.parquet"
+    assert inputs["twin"] == [f"{raw}/on/{c}.parquet" for c in ("0", "1", "2", "r2-0", "r2-1")]
+    # A round's samples are the same whoever measures it.
+    assert wf.op_space_round_params(study, 3) == wf.op_space_round_params(
+        load_study(_config([ROUND_2, ROUND_3])), 3
+    )
+    config["op_space"]["rounds"][1]["gpus"] = ["of"]
+    with pytest.raises(ConfigError, match=r"op_space\.rounds\.1\.gpus: 'of' is no GPU conf"):
+        load_study(config)
+
+
 def test_the_op_space_config_records_each_rounds_allocation(repo):
     """config/op-space.yaml's rounds 2 and 3: opspace.allocate of 1,200 over the held-out
     GPU-time MAPE per family of the rounds before (the mean of h100's and h200's, as its
@@ -209,7 +236,17 @@ def test_the_op_space_config_records_each_rounds_allocation(repo):
         {"samples": {"conv": 480}, "power_samples": 2, "generator": 2},
         # Round 6: convolutions, grouped ones 40 % of them (generator 3).
         {"samples": {"conv": 720}, "power_samples": 2, "generator": 3},
-    ]
+        # Round 7: dense 3x3 convolutions on maps of 7-64 (generator 4), TF32 off alone.
+        {
+            "samples": {"conv": 400}, "power_samples": 2, "generator": 4,
+            "gpus": ["h100-notf32", "h200-notf32"],
+        },
+        # Round 8: the same with widths and batches powers of two (generator 5).
+        {
+            "samples": {"conv": 200}, "power_samples": 2, "generator": 5,
+            "gpus": ["h100-notf32"],
+        },
+    ]  # fmt: skip
     study = load_study_file(repo / "config/op-space.yaml")
     samples = study.config["op_space"]["samples"]
     assert wf.op_space_round_params(study, 2)["starts"] == samples

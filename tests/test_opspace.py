@@ -572,8 +572,8 @@ def test_generator_2_samples_small_maps_and_grouped_convolutions_as_networks_bui
     assert opspace.sample(counts, seed=0, generator=1)["op_id"].tolist() == (
         opspace.sample(counts, seed=0, generator=2)["op_id"].tolist()
     )
-    with pytest.raises(opspace.OpSpaceError, match="generator 4"):
-        opspace.sample({"conv": 1}, generator=4)
+    with pytest.raises(opspace.OpSpaceError, match="generator 6"):
+        opspace.sample({"conv": 1}, generator=6)
 
 
 def test_generator_3_samples_grouped_convolutions_more_often_as_networks_build_them():
@@ -594,6 +594,44 @@ def test_generator_3_samples_grouped_convolutions_more_often_as_networks_build_t
     assert min(shape[2] for _, shape in three) == 1
 
 
+def test_generator_4_samples_dense_3x3_convolutions_on_every_map_of_7_to_64():
+    table = opspace.sample({"conv": 400}, seed=0, generator=4)
+    convs = _conv_attrs(table)
+    for a, _ in convs:
+        assert (a["kernel_size"], a["stride"], a["padding"]) == ([3, 3], [1, 1], [1, 1])
+        assert (a["groups"], a["dilation"]) == (1, [1, 1])
+        assert 64 <= a["in_channels"] <= 1024
+        assert 64 <= a["out_channels"] <= 2048
+    maps = np.array([shape[2] for _, shape in convs])
+    # Uniform over the 58 maps of 7-64 (not log-uniform: as many of 50-64 as of 7-21),
+    # unless a configuration above the size bounds had its map halved (after its batch).
+    drawn = maps[[shape[0] > 1 for _, shape in convs]]
+    assert set(drawn) == set(range(7, 65))
+    assert 0.2 < np.mean(drawn >= 50) < 0.32
+    same = [a["out_channels"] == a["in_channels"] for a, _ in convs]
+    assert 0.4 < np.mean(same) < 0.65
+    # A few round-trip through extraction's spec format, as a network's layer.
+    for u in np.random.default_rng(4).random((5, opspace.FAMILIES["conv"].dims)):
+        params, spec = opspace.fit("conv", opspace.FAMILIES["conv"].params(u, 4))
+        (found,) = extract_ops(_InANetwork(opspace.FAMILIES["conv"].call(params)), (1,))
+        assert specs.canonical_json(found) == specs.canonical_json(spec)
+
+
+def test_generator_5_draws_generator_4s_convolutions_with_powers_of_two():
+    four = _conv_attrs(opspace.sample({"conv": 300}, seed=0, generator=4))
+    five = _conv_attrs(opspace.sample({"conv": 300}, seed=0, generator=5))
+    powers = {2**i for i in range(12)}
+    assert {a["in_channels"] for a, _ in five} == {64, 128, 256, 512, 1024}
+    assert {a["out_channels"] for a, _ in five} <= powers
+    assert {shape[0] for _, shape in five} <= powers
+    assert {a["in_channels"] for a, _ in four} - powers  # generator 4's widths: any grain
+    # Generator 4's maps and kernels: dense 3x3 on maps of 7-64.
+    for a, shape in five:
+        assert (a["kernel_size"], a["groups"]) == ([3, 3], 1)
+        assert 7 <= shape[2] <= 64
+    assert len({shape[2] for _, shape in five}) > 50
+
+
 def _shapes(table):
     specs_ = [json.loads(s) for s in table["spec"]]
     return [
@@ -607,7 +645,7 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     generator version a round names keeps it as measured."""
     study = load_study_file(REPO / "config/op-space.yaml")
     rounds = wf.op_space_round_counts(study)
-    assert len(rounds) == 6
+    assert len(rounds) == 8
     for r in range(2, len(rounds) + 1):
         params = wf.op_space_round_params(study, r)
         committed = pd.read_parquet(DATA / f"samples-r{r}.parquet")
@@ -620,6 +658,8 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
         assert _shapes(again) == _shapes(committed), r
     assert wf.op_space_round_params(study, 5)["generator"] == 2
     assert wf.op_space_round_params(study, 6)["generator"] == 3
+    assert wf.op_space_round_params(study, 7)["generator"] == 4
+    assert wf.op_space_round_params(study, 8)["generator"] == 5
     assert wf.op_space_sampling_params(study)["generator"] == 1
 
 

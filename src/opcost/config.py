@@ -402,6 +402,13 @@ def load_study(config: dict[str, Any], *, check_models: bool = True) -> Study:
             "op_space.rounds: later rounds continue the sequences of op_space.samples "
             "(round 1), which samples nothing; give op_space.samples"
         )
+    for i, round_ in enumerate(config["op_space"]["rounds"]):
+        for name in round_.get("gpus", ()):
+            if name not in gpus:
+                raise ConfigError(
+                    f"op_space.rounds.{i}.gpus: {name!r} is no GPU configuration of this "
+                    f"study (gpus: {', '.join(gpus) or 'none'})"
+                )
     if gpus and not model_inputs and not any(config["op_space"]["samples"].values()):
         raise ConfigError(
             "models: give at least one model-input set to profile on gpus "

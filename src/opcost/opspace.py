@@ -46,8 +46,8 @@ MAX_TENSOR_BYTES = 2**29
 COLUMNS = ("op_id", "family", "type", "kind", "spec", "sample", "round", "generator")
 #: Versions of the map from the unit cube to configurations (``op_space.generator``): a
 #: round keeps the version it was measured with, so that its samples stay those measured.
-#: 2 and 3 changed convolutions only (:func:`_conv`).
-GENERATORS = (1, 2, 3)
+#: 2 to 5 changed convolutions only (:func:`_conv`).
+GENERATORS = (1, 2, 3, 4, 5)
 
 
 class OpSpaceError(OpcostError, ValueError):
@@ -136,7 +136,11 @@ def _conv(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
     stage), a kernel no wider than its map, and a grouped convolution that keeps its
     width per group as a depthwise one does (ResNeXt, RegNet: ``cout`` = ``cin`` or twice).
     Generator 3: as 2, with grouped convolutions 40 % of the samples instead of 15 % and
-    widths per group of 24 and 48 too (RegNet's), dense ones 40 % and depthwise 20 %."""
+    widths per group of 24 and 48 too (RegNet's), dense ones 40 % and depthwise 20 %.
+    Generator 4 (:func:`_dense_3x3`): dense 3x3 stride-1 convolutions only, on maps of
+    7-64; generator 5: the same with widths and batches powers of two."""
+    if generator in (4, 5):
+        return _dense_3x3(u, powers_of_two=generator == 5)
     # One in ten is a network's first layer, on RGB images.
     cin = 3 if u[1] < 0.1 else width((u[1] - 0.1) / 0.9, 8, 2048)
     cout = width(u[2], 8, 2048)
@@ -170,6 +174,45 @@ def _conv(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
     if generator >= 2 and p["spatial"] < p["kernel"] * p["dilation"]:
         p["kernel"], p["dilation"] = (3 if p["spatial"] >= 3 else 1), 1
     return p
+
+
+#: Maps of generator 4's convolutions, drawn uniformly (not log-uniformly): which
+#: algorithm cuDNN runs a dense 3x3 convolution with, TF32 off, changes from one map to
+#: the next (experiments/conv_maps.py).
+DENSE_3X3_MAPS = (7, 64)
+
+
+def _power_of_two(u: float, lo: int, hi: int) -> int:
+    """A power of two in ``[lo, hi]`` (both powers of two), log-uniform at quantile ``u``."""
+    return lo * 2 ** min(int(u * (math.log2(hi // lo) + 1)), int(math.log2(hi // lo)))
+
+
+def _dense_3x3(u: Sequence[float], *, powers_of_two: bool = False) -> dict[str, Any]:
+    """A dense 3x3 stride-1 convolution (padding 1) of 64-1024 channels on a map of
+    :data:`DENSE_3X3_MAPS`, drawn uniformly over its integers; as many output channels
+    as input (half the samples), twice as many (a fifth) or a width drawn apart; with
+    ``powers_of_two``, widths and batch (1-256) powers of two, as networks' are.
+    With TF32 off, cuDNN's heuristics run some of these with fewer multiplications than
+    the direct count (Winograd-like algorithms) and others directly, depending on the
+    map, the widths and the batch; log-uniform maps of 1-224 put too few samples where
+    convolutional networks' middle stages run for the models to learn which."""
+    draw = _power_of_two if powers_of_two else width
+    cin = draw(u[1], 64, 1024)
+    out = pick(u[10], ["same", "double", "apart"], [0.5, 0.2, 0.3])
+    cout = {"same": cin, "double": min(2 * cin, 2048), "apart": draw(u[2], 64, 1024)}[out]
+    lo, hi = DENSE_3X3_MAPS
+    return {
+        "batch": _power_of_two(u[0], 1, 256) if powers_of_two else log_int(u[0], 1, 256),
+        "cin": cin,
+        "cout": cout,
+        "kernel": 3,
+        "stride": 1,
+        "dilation": 1,
+        "groups": 1,
+        "spatial": min(hi, lo + int(u[7] * (hi - lo + 1))),
+        "bias": u[8] < 0.3,
+        "channels_last": u[9] < 0.25,
+    }
 
 
 def _conv_call(p: dict[str, Any]) -> Call:

@@ -288,13 +288,25 @@ def op_space_chunks(study: Study, round_: int = 1) -> list[int]:
     return list(range(math.ceil(total / study.config["op_space"]["chunk_size"])))
 
 
-def op_space_chunk_names(study: Study) -> list[str]:
-    """The chunk tables of every round, by name: round 1's ``{chunk}``, then round r's
-    ``r{r}-{chunk}`` (``results/op-space/raw/{gpu}/{name}.parquet``)."""
+def op_space_chunk_names(study: Study, gpu: str | None = None) -> list[str]:
+    """The chunk tables of every round (of every round that GPU configuration ``gpu``
+    measures: those whose ``gpus`` name it or that name none), by name: round 1's
+    ``{chunk}``, then round r's ``r{r}-{chunk}``
+    (``results/op-space/raw/{gpu}/{name}.parquet``)."""
     names = [str(c) for c in op_space_chunks(study)]
-    for r in range(2, len(op_space_round_counts(study)) + 1):
-        names += [f"r{r}-{c}" for c in op_space_chunks(study, r)]
+    for r, round_ in enumerate(study.config["op_space"]["rounds"], start=2):
+        if gpu is None or gpu in round_.get("gpus", (gpu,)):
+            names += [f"r{r}-{c}" for c in op_space_chunks(study, r)]
     return names
+
+
+def op_space_chunk_paths(study: Study) -> list[str]:
+    """Every chunk table the op-space study measures, of every GPU configuration."""
+    return [
+        f"results/op-space/raw/{gpu}/{name}.parquet"
+        for gpu in study.gpus
+        for name in op_space_chunk_names(study, gpu)
+    ]
 
 
 def op_space_sampling_params(study: Study) -> dict[str, Any]:
@@ -466,7 +478,9 @@ def op_model_inputs(study: Study, gpu: str) -> dict[str, list[str]]:
         return op_space_data_inputs(data, gpu)
 
     def measured(name: str) -> list[str]:
-        return [f"results/op-space/raw/{name}/{c}.parquet" for c in op_space_chunk_names(study)]
+        return [
+            f"results/op-space/raw/{name}/{c}.parquet" for c in op_space_chunk_names(study, name)
+        ]
 
     twin = tf32_twin(study, gpu)
     return {"chunks": measured(gpu), "twin": measured(twin) if twin else []}

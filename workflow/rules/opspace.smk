@@ -7,10 +7,6 @@ if workflow.remote_exec:
     workflow.localrules("measure_op_space", "measure_op_space_round")
 
 
-# Every round's chunk tables: round 1's {chunk}, then r{round}-{chunk} of op_space.rounds.
-OP_SPACE_CHUNKS = wf.op_space_chunk_names(STUDY)
-
-
 rule op_space_samples:
     output:
         samples="results/op-space/samples.parquet",
@@ -82,11 +78,7 @@ rule measure_op_space_round:
 
 rule op_space_raw:
     input:
-        expand(
-            "results/op-space/raw/{gpu}/{chunk}.parquet",
-            gpu=list(STUDY.gpus),
-            chunk=OP_SPACE_CHUNKS,
-        ),
+        wf.op_space_chunk_paths(STUDY),
 
 
 # The op models (opcost.model.opmodel, docs/op-space.md): one per GPU configuration,
