@@ -176,7 +176,7 @@ def _conv(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
     return p
 
 
-#: Maps of generator 4's convolutions, drawn uniformly (not log-uniformly): which
+#: Maps of generators 4 and 5's convolutions, drawn uniformly (not log-uniformly): which
 #: algorithm cuDNN runs a dense 3x3 convolution with, TF32 off, changes from one map to
 #: the next (experiments/conv_maps.py).
 DENSE_3X3_MAPS = (7, 64)
@@ -199,7 +199,7 @@ def _dense_3x3(u: Sequence[float], *, powers_of_two: bool = False) -> dict[str, 
     draw = _power_of_two if powers_of_two else width
     cin = draw(u[1], 64, 1024)
     out = pick(u[10], ["same", "double", "apart"], [0.5, 0.2, 0.3])
-    cout = {"same": cin, "double": min(2 * cin, 2048), "apart": draw(u[2], 64, 1024)}[out]
+    cout = {"same": cin, "double": 2 * cin, "apart": draw(u[2], 64, 1024)}[out]
     lo, hi = DENSE_3X3_MAPS
     return {
         "batch": _power_of_two(u[0], 1, 256) if powers_of_two else log_int(u[0], 1, 256),

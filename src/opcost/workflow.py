@@ -14,6 +14,7 @@ import math
 import os
 import re
 import time
+from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -300,11 +301,12 @@ def op_space_chunk_names(study: Study, gpu: str | None = None) -> list[str]:
     return names
 
 
-def op_space_chunk_paths(study: Study) -> list[str]:
-    """Every chunk table the op-space study measures, of every GPU configuration."""
+def op_space_chunk_paths(study: Study, gpus: Iterable[str] | None = None) -> list[str]:
+    """Every chunk table the op-space study measures for GPU configurations ``gpus``
+    (default: all of the study's)."""
     return [
         f"results/op-space/raw/{gpu}/{name}.parquet"
-        for gpu in study.gpus
+        for gpu in (study.gpus if gpus is None else gpus)
         for name in op_space_chunk_names(study, gpu)
     ]
 
@@ -477,13 +479,11 @@ def op_model_inputs(study: Study, gpu: str) -> dict[str, list[str]]:
     if data is not None:
         return op_space_data_inputs(data, gpu)
 
-    def measured(name: str) -> list[str]:
-        return [
-            f"results/op-space/raw/{name}/{c}.parquet" for c in op_space_chunk_names(study, name)
-        ]
-
     twin = tf32_twin(study, gpu)
-    return {"chunks": measured(gpu), "twin": measured(twin) if twin else []}
+    return {
+        "chunks": op_space_chunk_paths(study, [gpu]),
+        "twin": op_space_chunk_paths(study, [twin]) if twin else [],
+    }
 
 
 def op_models_params(study: Study) -> dict[str, Any]:
