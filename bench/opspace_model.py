@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -56,9 +57,23 @@ STUDIES = ("hopper", "hopper-large")
 CLEAR_MARGIN = 0.05
 
 
+@cache
 def load(gpu: str) -> pd.DataFrame:
     files = sorted(glob.glob(str(REPO / f"data/op-space/{gpu}/*.parquet")))
     return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+
+
+def sources(gpu: str, pool: bool) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
+    """``(twin, peers)`` as ``snakemake op_models`` gives them to the op models of ``gpu``
+    (opcost.workflow.op_space_data_inputs): with ``pool``, the other GPUs' tables of the
+    same TF32 setting, and the twin's with its peers'."""
+    names = [p.name for p in sorted((REPO / "data/op-space").iterdir()) if p.is_dir()]
+    tables = {name: load(name) for name in names}
+    twin = opmodel.twin_of(tables, gpu)
+    peers = opmodel.peers_of(tables, gpu) if pool else []
+    twins = [twin, *opmodel.peers_of(tables, twin)] if twin and pool else [twin] if twin else []
+    concat = lambda ns: pd.concat([tables[n] for n in ns], ignore_index=True) if ns else None  # noqa: E731
+    return concat(twins), concat(peers)
 
 
 def maker(regressor: str):
@@ -73,15 +88,16 @@ def maker(regressor: str):
     return lambda: make_regressor(cfg, n_jobs=2)
 
 
-def held_out(gpu: str, regressors: list[str]) -> pd.DataFrame:
-    table, twin = load(gpu), load(gpu.replace("-notf32", "")) if "notf32" in gpu else None
+def held_out(gpu: str, regressors: list[str], pool: bool = True) -> pd.DataFrame:
+    table, (twin, peers) = load(gpu), sources(gpu, pool)
     ids = table["op_id"].unique()
     hold = set(np.random.default_rng(0).choice(ids, len(ids) // 5, replace=False))
     test = opmodel.training_rows(table[table["op_id"].isin(hold)])
     test = test[test["gpu_time_s"] > 0]
+    rest = lambda t: None if t is None else t[~t["op_id"].isin(hold)]  # noqa: E731
     out = []
     for reg in regressors:
-        model = opmodel.fit(table[~table["op_id"].isin(hold)], gpu, maker(reg), twin=twin)
+        model = opmodel.fit(rest(table), gpu, maker(reg), twin=rest(twin), peers=rest(peers))
         pred = model.predict(test[["spec", "mode", "op_type"]])["gpu_time_s"].to_numpy()
         base = baseline(table[~table["op_id"].isin(hold)], test, maker(reg))
         for name, p in ((reg, pred), (f"{reg} on log time (baseline)", base)):
@@ -236,13 +252,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("gpus", nargs="*", default=["h100", "h200", "h100-notf32", "h200-notf32"])
     parser.add_argument("--regressors", default="random_forest,extra_trees,gradient_boosting")
+    parser.add_argument(
+        "--no-pool", action="store_true",
+        help="each configuration's models from its own samples only (pool_gpus false)",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, help="write ops.csv and networks.csv here")
     parser.add_argument("--figures", type=Path, help="draw the two figures (PNG) here")
     args = parser.parse_args()
     regs = args.regressors.split(",")
     all_nets, all_ops = [], []
     for gpu in args.gpus:
-        h = held_out(gpu, regs)
+        h = held_out(gpu, regs, not args.no_pool)
         all_ops.append(h[h["model"] == regs[0]].assign(source="held-out samples"))
         print(f"\n== {gpu}: held-out sampled configurations, GPU time ==")
         print(
@@ -254,8 +274,8 @@ def main() -> None:
         for name, g in h.groupby("model"):
             print(f"{name:45s} median |err| {100 * g['err'].abs().median():5.1f} %  "
                   f"MAPE {100 * g['err'].abs().mean():5.1f} %")  # fmt: skip
-        twin = load(gpu.replace("-notf32", "")) if "notf32" in gpu else None
-        model = opmodel.fit(load(gpu), gpu, maker(regs[0]), twin=twin)
+        twin, peers = sources(gpu, not args.no_pool)
+        model = opmodel.fit(load(gpu), gpu, maker(regs[0]), twin=twin, peers=peers)
         ops, nets = networks(gpu, model)
         all_ops.append(ops.assign(source="network ops"))
         k = ops[ops["measured_s"] > 0]

@@ -187,6 +187,7 @@ def test_op_model_settings_have_defaults_and_the_default_study_trains_the_shippe
         "regressor": "extra_trees",
         "n_estimators": 25,
         "min_samples_leaf": 2,
+        "pool_gpus": True,
         "holdout_fraction": 0.2,
         "seed": 0,
     }

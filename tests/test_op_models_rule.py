@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 from test_workflow import _package_copy, job_counts, snakemake
 
 from opcost import op_models_job
@@ -75,6 +76,39 @@ def test_op_models_are_trained_from_op_space_data(repo, tmp_path):
     assert job_counts(changed.stdout)["train_op_models"] == 2
 
 
+@pytest.mark.slow
+def test_op_models_learn_what_only_the_peer_on_the_other_gpu_measured(repo, tmp_path):
+    # The H100 measured chunk 4 of round 1 (attention, matmul, norm) and 150 convolutions
+    # of round 9; the H200 only chunk 4. Its models learn convolutions from the H100's.
+    tables = {"h100": ("4", "r9-1"), "h200": ("4",)}
+    for gpu, chunks in tables.items():
+        (tmp_path / "ops" / gpu).mkdir(parents=True)
+        for chunk in chunks:
+            shutil.copy(repo / f"data/op-space/{gpu}/{chunk}.parquet", tmp_path / "ops" / gpu)
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "models: []\ngpus: {}\n"
+        "op_space:\n  data: ops\n  model: {n_estimators: 6, holdout_fraction: 0.2}\n"
+    )
+    run = snakemake(repo, tmp_path, "op_models", "--cores", "2", "--configfile", str(config))
+    assert run.returncode == 0, run.stderr[-4000:]
+    models = load_op_models(tmp_path / "results/op-models")
+    assert "conv" in models["h200"].families
+    assert models["h200"].meta["gpu_name"] == "NVIDIA H200"
+    # 150 convolutions, both modes, none of them the H200's own.
+    h200 = models["h200"].meta
+    assert h200["pooled_samples"] - h200["samples"] == 300
+    assert h200["pooled_gpus"] == ["NVIDIA H100 80GB HBM3", "NVIDIA H200"]
+    # Chunk 4 is the same configurations on both: the H100 learns nothing more from it.
+    assert models["h100"].meta["pooled_samples"] == models["h100"].meta["samples"]
+    manifest = json.loads((tmp_path / "results/op-models/h200/manifest.json").read_text())
+    assert [s["path"] for s in manifest["sources"]] == [
+        "ops/h200/4.parquet", "ops/h100/4.parquet", "ops/h100/r9-1.parquet"
+    ]  # fmt: skip
+    log = (tmp_path / "logs/op-models/h200.log").read_text()
+    assert "and 300 only its peers measured (2 tables)" in log
+
+
 def test_a_tf32_off_configuration_of_op_space_data_also_reads_its_twins_tables(repo, tmp_path):
     _op_space_copy(repo, tmp_path)
     study = load_study({"models": [], "gpus": {}, "op_space": {"data": str(tmp_path / "ops")}})
@@ -82,8 +116,9 @@ def test_a_tf32_off_configuration_of_op_space_data_also_reads_its_twins_tables(r
     on = [str(tmp_path / f"ops/on/{c}.parquet") for c in ("4", "9")]
     off = [str(tmp_path / f"ops/off/{c}.parquet") for c in ("4", "9")]
     # Matched by what the tables record (same GPU, same dtype, TF32 on), not by name.
-    assert wf.op_model_inputs(study, "off") == {"chunks": off, "twin": on}
-    assert wf.op_model_inputs(study, "on") == {"chunks": on, "twin": []}
+    # Both measured on the H100: no peers on another GPU to pool with.
+    assert wf.op_model_inputs(study, "off") == {"chunks": off, "twin": on, "peers": []}
+    assert wf.op_model_inputs(study, "on") == {"chunks": on, "twin": [], "peers": []}
 
 
 def test_measured_op_models_train_on_the_studys_chunks_and_the_tf32_twins(repo):
@@ -92,21 +127,41 @@ def test_measured_op_models_train_on_the_studys_chunks_and_the_tf32_twins(repo):
     # Every round's: round 1's 2,272 configurations in chunks of 250 (10 chunks), then
     # round 2's and round 3's 1,200 each (5 chunks, r2-0 to r2-4 and r3-0 to r3-4),
     # round 4's 120 (one chunk), round 5's 480 (two) and round 6's 720 (three); round 7's
-    # 400 (two) with TF32 off alone, round 8's 200 (one) on the H100 alone.
+    # 400 (two) with TF32 off alone; on the H100 alone round 8's 200 (one) and round 11's
+    # 300 (two) with TF32 off, round 9's 400 (two) with TF32 on, round 10's 400 (two) off.
     names = [
         *map(str, range(10)), *(f"r{r}-{c}" for r in (2, 3) for c in range(5)),
         "r4-0", "r5-0", "r5-1", "r6-0", "r6-1", "r6-2",
     ]  # fmt: skip
-    chunks = [f"results/op-space/raw/{{}}/{c}.parquet" for c in names]
-    off = [*chunks, *(f"results/op-space/raw/{{}}/r7-{c}.parquet" for c in (0, 1))]
+    raw = "results/op-space/raw/{}/{}.parquet"
+    chunks = [raw.format("{}", c) for c in names]
+    off = [*chunks, *(raw.format("{}", f"r7-{c}") for c in (0, 1))]
+    only_h100_off = ("r8-0", "r10-0", "r10-1", "r11-0", "r11-1")
+    h100_off = [*(c.format("h100-notf32") for c in off)]
+    h100_off += [raw.format("h100-notf32", c) for c in only_h100_off]
+    h100_on = [c.format("h100") for c in chunks] + [raw.format("h100", f"r9-{c}") for c in (0, 1)]
+    # Pooled with the other GPU's configuration of its TF32 setting, the rounds only the
+    # H100 measured included (op_space.model.pool_gpus, on by default); the families it
+    # lacks from both TF32-on twins.
     assert wf.op_model_inputs(study, "h200-notf32") == {
         "chunks": [c.format("h200-notf32") for c in off],
-        "twin": [c.format("h200") for c in chunks],
+        "twin": [*(c.format("h200") for c in chunks), *h100_on],
+        "peers": h100_off,
     }
-    assert wf.op_model_inputs(study, "h200")["twin"] == []
-    assert wf.op_model_inputs(study, "h100-notf32")["chunks"][-3:] == [
-        f"results/op-space/raw/h100-notf32/{c}.parquet" for c in ("r7-0", "r7-1", "r8-0")
-    ]
+    assert wf.op_model_inputs(study, "h200") == {
+        "chunks": [c.format("h200") for c in chunks],
+        "twin": [],
+        "peers": h100_on,
+    }
+    assert wf.op_model_inputs(study, "h100-notf32")["chunks"] == h100_off
+    config = yaml.safe_load((repo / "config" / "op-space.yaml").read_text())
+    config["op_space"]["model"] = {"pool_gpus": False}
+    alone = load_study(config)
+    assert wf.op_model_inputs(alone, "h200-notf32") == {
+        "chunks": [c.format("h200-notf32") for c in off],
+        "twin": [c.format("h200") for c in chunks],
+        "peers": [],
+    }
 
 
 def test_chunk_tables_without_a_usable_sample_stop_training_naming_them(repo, tmp_path):

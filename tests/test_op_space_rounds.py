@@ -105,9 +105,9 @@ def test_a_round_samples_with_the_newest_generator_unless_it_names_one():
     assert wf.op_space_sampling_params(study)["generator"] == 2
     assert wf.op_space_round_params(study, 2)["generator"] == 2
     assert wf.op_space_round_params(study, 3)["generator"] == 1
-    assert max(opspace.GENERATORS) == 5
-    config = _config([{**ROUND_2, "generator": 6}])
-    with pytest.raises(ConfigError, match=r"op_space\.rounds\.0\.generator: 6 is not allowed"):
+    assert max(opspace.GENERATORS) == 6
+    config = _config([{**ROUND_2, "generator": 7}])
+    with pytest.raises(ConfigError, match=r"op_space\.rounds\.0\.generator: 7 is not allowed"):
         load_study(config)
 
 
@@ -244,6 +244,17 @@ def test_the_op_space_config_records_each_rounds_allocation(repo):
         # Round 8: the same with widths and batches powers of two (generator 5).
         {
             "samples": {"conv": 200}, "power_samples": 2, "generator": 5,
+            "gpus": ["h100-notf32"],
+        },
+        # Rounds 9 and 10: aligned dense convolutions (generator 6), one GPU each, TF32 on
+        # then off; round 11: 300 more of generator 5.
+        {"samples": {"conv": 400}, "power_samples": 2, "generator": 6, "gpus": ["h100"]},
+        {
+            "samples": {"conv": 400}, "power_samples": 2, "generator": 6,
+            "gpus": ["h100-notf32"],
+        },
+        {
+            "samples": {"conv": 300}, "power_samples": 2, "generator": 5,
             "gpus": ["h100-notf32"],
         },
     ]  # fmt: skip

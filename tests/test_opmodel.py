@@ -275,3 +275,88 @@ def test_a_family_knows_its_sampled_sizes_and_names_an_op_beyond_them(model, h10
     assert flags == [f"gemm_m 1 (sampled {lo_m}-{math.exp(conv.ranges['log_gemm_m'][1]):.0f})"]
     # One inside every sampled range: nothing to say.
     assert conv.outside(_conv_spec(8, 256, 256, 14)) == []
+
+
+# -- pooling the GPUs' samples (op_space.model.pool_gpus) -----------------------------------
+
+
+def _tables() -> dict[str, pd.DataFrame]:
+    def read(gpu: str) -> pd.DataFrame:
+        files = glob.glob(str(DATA / gpu / "*.parquet"))
+        return pd.concat([pd.read_parquet(f, columns=["tf32", "gpu_name", "dtype"]) for f in files])
+
+    return {gpu: read(gpu) for gpu in ("h100", "h200", "h100-notf32", "h200-notf32")}
+
+
+def test_a_configurations_peers_run_its_numerics_on_another_gpu() -> None:
+    tables = _tables()
+    assert opmodel.peers_of(tables, "h100") == ["h200"]
+    assert opmodel.peers_of(tables, "h200-notf32") == ["h100-notf32"]
+    # Another configuration of the same GPU is no peer (it is a twin, or the same).
+    same_gpu = {**tables, "h100-again": tables["h100"]}
+    assert opmodel.peers_of(same_gpu, "h100") == ["h200"]
+
+
+def test_pooled_rows_keep_a_configurations_own_measurement_and_add_what_only_a_peer_measured():
+    own = _load("h200-notf32")
+    peer = _load("h100-notf32")
+    twin = pd.concat([_load("h200"), _load("h100")], ignore_index=True)
+    mine, pooled = opmodel.pooled_rows(own, twin, peer)
+    keys = lambda t: set(zip(t["op_id"], t["mode"], strict=True))  # noqa: E731
+    only_peer = keys(opmodel.training_rows(peer)) - keys(opmodel.training_rows(own))
+    # Rounds 8, 10 and 11 were measured on the H100 alone (data/op-space/README.md).
+    h100_only = pd.concat([pd.read_parquet(DATA / f"samples-r{r}.parquet") for r in (8, 10, 11)])
+    assert {op for op, _ in only_peer} == set(h100_only["op_id"])
+    learnt = pooled[pooled["_train"]]
+    assert keys(learnt[learnt["gpu_name"] != own["gpu_name"].iloc[0]]) == only_peer
+    assert len(learnt) == len(mine) + len(only_peer)  # no configuration twice
+    # The families TF32 leaves alone come from the TF32-on twin of its own GPU.
+    lacking = learnt[~learnt["_measured"]]
+    assert set(lacking["gpu_name"]) == {own["gpu_name"].iloc[0]}
+    assert lacking["tf32"].eq(False).all()
+    # Every peer's row stays, to set its GPU's ceilings and kernel floor.
+    assert pooled["_measured"].sum() == len(opmodel.training_rows(own)) + len(
+        opmodel.training_rows(peer)
+    )
+    # Without peers nothing is pooled.
+    alone, pooled_alone = opmodel.pooled_rows(own, _load("h200"), None)
+    assert len(alone) == pooled_alone["_train"].sum() == len(mine)
+
+
+def test_a_configuration_learns_the_samples_only_its_peer_measured() -> None:
+    # A quarter of the H200's convolutions (TF32 on) left out of its table, all measured
+    # on the H100. Pooled with the H100's table, the H200's model learns them from the
+    # H100's measurements (the same kernels, a median 4 % apart on the two GPUs, averaged
+    # in leaves of 3 with their neighbours); alone, from its neighbours only (a median
+    # 19 % off, docs/op-space.md).
+    h200, h100 = _load("h200"), _load("h100")
+    conv = h200["family"] == "conv"
+    ids = np.array(sorted(h200.loc[conv, "op_id"].unique()))
+    held = set(np.random.default_rng(0).choice(ids, len(ids) // 4, replace=False))
+    test = opmodel.training_rows(h200[h200["op_id"].isin(held)])
+    test = test[test["gpu_time_s"] > 0]
+    rest = h200[~h200["op_id"].isin(held)]
+
+    def error(m: opmodel.OpModel) -> float:
+        pred = m.predict(test[["spec", "mode", "op_type"]])["gpu_time_s"].to_numpy()
+        return float(np.median(np.abs(pred / test["gpu_time_s"].to_numpy() - 1)))
+
+    alone = error(opmodel.fit(rest, "h200", _make))
+    pooled = opmodel.fit(rest, "h200", _make, peers=h100)
+    keys = lambda t: set(zip(t["op_id"], t["mode"], strict=True))  # noqa: E731
+    only_h100 = keys(opmodel.training_rows(h100)) - keys(opmodel.training_rows(rest))
+    assert keys(test) <= only_h100  # with round 9, which the H100 alone measured
+    assert pooled.meta["pooled_samples"] == pooled.meta["samples"] + len(only_h100)
+    assert error(pooled) < 0.7 * alone
+
+
+def test_held_out_configurations_are_held_out_of_the_peers_too(h100: pd.DataFrame) -> None:
+    # A peer that measured exactly what the configuration did (a copy, as if on another
+    # GPU): had its held-out configurations stayed in training, they would be predicted
+    # from themselves, within a few per cent.
+    clone = h100.assign(gpu_name="another GPU")
+    alone = opmodel.held_out_errors(h100, "h100", _make, fraction=0.25)
+    pooled = opmodel.held_out_errors(h100, "h100", _make, peers=clone, fraction=0.25)
+    a, p = (e["all"]["gpu_time_median_abs_error_pct"] for e in (alone, pooled))
+    assert p == pytest.approx(a, rel=0.25)
+    assert p > 3.0

@@ -9,6 +9,7 @@ those stages, and a change to them reruns this job alone.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +29,13 @@ def run_train_op_models(
     directory: str | Path,
     log: str | Path,
     threads: int = 1,
+    peers: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """Fit the op models of ``gpu`` on its chunk
-    tables (families it lacks from the ``twin``'s), score them on held-out sampled
-    configurations, and save both (:func:`opcost.model.opmodel_format.save_op_model`,
-    the chunk tables as sources). Writes a short summary to ``log``; returns the
-    held-out errors."""
+    """Fit the op models of ``gpu`` on its chunk tables (families it lacks from the
+    ``twin``'s), pooled with its ``peers``' (other GPUs', :func:`opcost.model.opmodel.fit`),
+    score them on held-out sampled configurations, and save both
+    (:func:`opcost.model.opmodel_format.save_op_model`, the chunk tables as sources).
+    Writes a short summary to ``log``; returns the held-out errors."""
     from opcost.model import opmodel
     from opcost.model.opmodel_format import save_op_model
     from opcost.train import TrainConfig, make_regressor
@@ -41,6 +43,7 @@ def run_train_op_models(
     started = time.time()
     table = opmodel.read_chunks(list(chunks))
     twin_table = opmodel.read_chunks(list(twin)) if twin else None
+    peer_table = opmodel.read_chunks(list(peers)) if peers else None
     usable = opmodel.training_rows(table) if "status" in table else table.iloc[:0]
     if usable.empty:
         raise OpModelDataError(
@@ -58,19 +61,22 @@ def run_train_op_models(
     def make() -> Any:
         return make_regressor(cfg, n_jobs=threads)
 
-    model = opmodel.fit(table, gpu, make, twin=twin_table)
+    model = opmodel.fit(table, gpu, make, twin=twin_table, peers=peer_table)
     metrics = opmodel.held_out_errors(
         table,
         gpu,
         make,
         twin=twin_table,
+        peers=peer_table,
         fraction=settings["holdout_fraction"],
         seed=settings["seed"],
     )
-    save_op_model(model, directory, sources=[*chunks, *twin], metrics=metrics)
+    save_op_model(model, directory, sources=[*chunks, *twin, *peers], metrics=metrics)
+    pooled = model.meta["pooled_samples"] - model.meta["samples"]
     lines = [
         f"op models of {gpu}: {model.meta['samples']} samples ({len(usable)} its own, "
-        f"{len(chunks)} chunk tables{f', twin {len(twin)}' if twin else ''}), "
+        f"{len(chunks)} chunk tables{f', twin {len(twin)}' if twin else ''}"
+        f"{f', and {pooled} only its peers measured ({len(peers)} tables)' if peers else ''}), "
         f"{len(model.families)} families, {settings['regressor']} "
         f"x{settings['n_estimators']}, {time.time() - started:.1f} s",
         f"held out ({metrics['held_out_fraction']:g} of the op ids): median |error| of "
@@ -98,4 +104,5 @@ def train_op_models_job(
         Path(output.manifest).parent,
         log[0],
         threads=threads,
+        peers=list(input.peers),
     )

@@ -46,8 +46,8 @@ MAX_TENSOR_BYTES = 2**29
 COLUMNS = ("op_id", "family", "type", "kind", "spec", "sample", "round", "generator")
 #: Versions of the map from the unit cube to configurations (``op_space.generator``): a
 #: round keeps the version it was measured with, so that its samples stay those measured.
-#: 2 to 5 changed convolutions only (:func:`_conv`).
-GENERATORS = (1, 2, 3, 4, 5)
+#: 2 to 6 changed convolutions only (:func:`_conv`).
+GENERATORS = (1, 2, 3, 4, 5, 6)
 
 
 class OpSpaceError(OpcostError, ValueError):
@@ -138,9 +138,13 @@ def _conv(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
     Generator 3: as 2, with grouped convolutions 40 % of the samples instead of 15 % and
     widths per group of 24 and 48 too (RegNet's), dense ones 40 % and depthwise 20 %.
     Generator 4 (:func:`_dense_3x3`): dense 3x3 stride-1 convolutions only, on maps of
-    7-64; generator 5: the same with widths and batches powers of two."""
+    7-64; generator 5: the same with widths and batches powers of two. Generator 6
+    (:func:`_dense_aligned`): dense convolutions of every kernel and stride with aligned
+    widths and batches powers of two."""
     if generator in (4, 5):
         return _dense_3x3(u, powers_of_two=generator == 5)
+    if generator == 6:
+        return _dense_aligned(u)
     # One in ten is a network's first layer, on RGB images.
     cin = 3 if u[1] < 0.1 else width((u[1] - 0.1) / 0.9, 8, 2048)
     cout = width(u[2], 8, 2048)
@@ -213,6 +217,46 @@ def _dense_3x3(u: Sequence[float], *, powers_of_two: bool = False) -> dict[str, 
         "bias": u[8] < 0.3,
         "channels_last": u[9] < 0.25,
     }
+
+
+#: Grains of generator 6's widths: a multiple of 32 or 64, or a power of two (the rest).
+ALIGNED_GRAINS = (32, 64)
+
+
+def _dense_aligned(u: Sequence[float]) -> dict[str, Any]:
+    """A dense convolution as networks build them: widths of 16-2048 channels, each a
+    multiple of 32 or 64 (two in three) or a power of two, and as many output channels
+    as input (a third), twice as many (a sixth) or a width drawn apart; one in ten on RGB
+    images; kernel 1, 3, 5 or 7 (no wider than the map), stride 1 or 2, maps of 1-224
+    (log-uniform), batch a power of two (1-256). On such widths cuDNN runs its aligned
+    tensor-core and vectorised kernels, which the models trained on generators 1-3
+    predicted 5-20 % too slow (the held-out dense convolutions whose widths are
+    multiples of 32, median signed error by kernel; docs/op-space.md, round 9)."""
+
+    def aligned(v: float) -> int:
+        if beyond(v) < 2 / 3:
+            grain = pick(beyond(beyond(v)), ALIGNED_GRAINS)
+            return min(_round_to(log_int(v, 16, 2048), grain), 2048)
+        return _power_of_two(v, 16, 2048)
+
+    cin = 3 if u[1] < 0.1 else aligned((u[1] - 0.1) / 0.9)
+    out = pick(u[10], ["same", "double", "apart"], [2 / 6, 1 / 6, 3 / 6])
+    cout = {"same": max(cin, 16), "double": max(2 * cin, 16), "apart": aligned(u[2])}[out]
+    p = {
+        "batch": _power_of_two(u[0], 1, 256),
+        "cin": cin,
+        "cout": min(cout, 2048),
+        "kernel": pick(u[3], [1, 3, 5, 7], [0.4, 0.4, 0.05, 0.15]),
+        "stride": pick(u[4], [1, 2], [0.7, 0.3]),
+        "dilation": 1,
+        "groups": 1,
+        "spatial": log_int(u[7], 1, 224),
+        "bias": u[8] < 0.3,
+        "channels_last": u[9] < 0.25,
+    }
+    if p["spatial"] < p["kernel"]:
+        p["kernel"] = 3 if p["spatial"] >= 3 else 1
+    return p
 
 
 def _conv_call(p: dict[str, Any]) -> Call:

@@ -428,20 +428,27 @@ def op_space_data_chunks(data: str | Path, gpu: str) -> list[str]:
     return [str(p) for p in sorted(Path(data, gpu).glob("*.parquet"), key=_chunk_order)]
 
 
-def op_space_data_inputs(data: str | Path, gpu: str) -> dict[str, list[str]]:
+def op_space_data_inputs(data: str | Path, gpu: str, pool: bool = True) -> dict[str, list[str]]:
     """The chunk tables the op models of ``gpu`` are trained on from an op-space data
-    directory: its own (``chunks``) and its TF32-on twin's (``twin``,
-    :func:`opcost.model.opmodel.twin_of`; empty for none)."""
+    directory: its own (``chunks``), its TF32-on twin's (``twin``,
+    :func:`opcost.model.opmodel.twin_of`; empty for none) and, with ``pool``
+    (``op_space.model.pool_gpus``), those of its peers on other GPUs (``peers``,
+    :func:`opcost.model.opmodel.peers_of`) and of its twin's peers (in ``twin``)."""
     stamp = tuple(Path(p).stat().st_mtime_ns for p in sorted(Path(data).glob("*/*.parquet")))
-    twin = _op_space_data_twin(str(data), gpu, stamp)
+    twin, peers, twin_peers = _op_space_data_relatives(str(data), gpu, stamp)
+    chunks = lambda names: [c for n in names for c in op_space_data_chunks(data, n)]  # noqa: E731
     return {
         "chunks": op_space_data_chunks(data, gpu),
-        "twin": op_space_data_chunks(data, twin) if twin else [],
+        "twin": chunks([twin, *(twin_peers if pool else ())] if twin else []),
+        "peers": chunks(peers if pool else []),
     }
 
 
 @cache
-def _op_space_data_twin(data: str, gpu: str, stamp: tuple[int, ...]) -> str | None:
+def _op_space_data_relatives(
+    data: str, gpu: str, stamp: tuple[int, ...]
+) -> tuple[str | None, tuple[str, ...], tuple[str, ...]]:
+    """``(twin, peers, the twin's peers)`` of ``gpu`` among the data's configurations."""
     from opcost.config import op_space_data_gpus
     from opcost.model import opmodel
 
@@ -453,7 +460,9 @@ def _op_space_data_twin(data: str, gpu: str, stamp: tuple[int, ...]) -> str | No
         )
         for name in op_space_data_gpus(data)
     }
-    return opmodel.twin_of(tables, gpu)
+    twin = opmodel.twin_of(tables, gpu)
+    twin_peers = tuple(opmodel.peers_of(tables, twin)) if twin else ()
+    return twin, tuple(opmodel.peers_of(tables, gpu)), twin_peers
 
 
 def op_models_gpus(study: Study) -> list[str]:
@@ -469,20 +478,41 @@ def op_models_gpus(study: Study) -> list[str]:
     return []
 
 
+def gpu_peers(study: Study, gpu: str) -> list[str]:
+    """The study's configurations whose op-space samples the op models of ``gpu`` pool
+    with its own (``op_space.model.pool_gpus``): the same device kind, dtype and TF32
+    setting on another GPU (SLURM GPU model, constraint or GPU name)."""
+    g = study.gpus[gpu]
+
+    def gpu_of(c: GpuConfig) -> tuple:
+        return (c.slurm_gpu_model, c.slurm_constraint, c.gpu_name)
+
+    return [
+        name
+        for name, other in study.gpus.items()
+        if (other.device, other.dtype, other.tf32) == (g.device, g.dtype, g.tf32)
+        and gpu_of(other) != gpu_of(g)
+    ]
+
+
 def op_model_inputs(study: Study, gpu: str) -> dict[str, list[str]]:
-    """The chunk tables the op models of ``gpu`` are trained on: its own (``chunks``)
-    and, for a TF32-off configuration with a TF32-on twin, the twin's (``twin``). From
-    ``op_space.data`` when it is set (the twin: :func:`opcost.model.opmodel.twin_of`
-    over the directory's configurations), else the study's measurements
-    (``results/op-space/raw``; the twin: :func:`tf32_twin`)."""
-    data = study.config["op_space"]["data"]
-    if data is not None:
-        return op_space_data_inputs(data, gpu)
+    """The chunk tables the op models of ``gpu`` are trained on: its own (``chunks``),
+    for a TF32-off configuration with a TF32-on twin the twin's (``twin``) and, with
+    ``op_space.model.pool_gpus``, its peers' on other GPUs (``peers``, :func:`gpu_peers`)
+    and its twin's peers' (in ``twin``). From ``op_space.data`` when it is set (the twin:
+    :func:`opcost.model.opmodel.twin_of` over the directory's configurations), else the
+    study's measurements (``results/op-space/raw``; the twin: :func:`tf32_twin`)."""
+    op_space = study.config["op_space"]
+    pool = bool(op_space["model"]["pool_gpus"])
+    if op_space["data"] is not None:
+        return op_space_data_inputs(op_space["data"], gpu, pool)
 
     twin = tf32_twin(study, gpu)
+    twins = [twin, *(gpu_peers(study, twin) if pool else [])] if twin else []
     return {
         "chunks": op_space_chunk_paths(study, [gpu]),
-        "twin": op_space_chunk_paths(study, [twin]) if twin else [],
+        "twin": op_space_chunk_paths(study, twins) if twins else [],
+        "peers": op_space_chunk_paths(study, gpu_peers(study, gpu) if pool else []),
     }
 
 

@@ -71,7 +71,7 @@ def cached_op_models(data: Path, log: Callable[[str], None] = lambda line: None)
     shutil.rmtree(staging, ignore_errors=True)
     log(f"building the op models from {data} once (about 45 s on 2 cores); cached in {target}")
     for gpu in gpus:
-        inputs = op_space_data_inputs(data, gpu)
+        inputs = op_space_data_inputs(data, gpu, settings["pool_gpus"])
         op_models_job.run_train_op_models(
             gpu,
             inputs["chunks"],
@@ -80,6 +80,7 @@ def cached_op_models(data: Path, log: Callable[[str], None] = lambda line: None)
             staging / gpu,
             staging / f"{gpu}.log",
             threads=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1,
+            peers=inputs["peers"],
         )
     try:
         staging.rename(target)

@@ -370,12 +370,18 @@ def _ensemble(fitted: Any) -> TreeEnsemble:
 
 
 def fit_family(
-    rows: pd.DataFrame, roof: np.ndarray, make: Any, kernel_floor_s: float = 0.0
+    rows: pd.DataFrame,
+    roof: np.ndarray,
+    make: Any,
+    kernel_floor_s: float | np.ndarray = 0.0,
+    feature_roof: np.ndarray | None = None,
 ) -> FamilyModel:
     """One family's regressors (``make()`` gives a fresh unfitted regressor), GPU time
-    against the base time of ``kernel_floor_s`` (:func:`base_time_s`)."""
+    against the base time of ``roof`` and ``kernel_floor_s`` (:func:`base_time_s`; one
+    value, or one per row), the roofline time feature from ``feature_roof`` (default
+    ``roof``)."""
     schema = build_schema(rows["op_type"])
-    xs = features(rows, schema, roof)
+    xs = features(rows, schema, roof if feature_roof is None else feature_roof)
     fits = {}
     for target, y in _targets(rows, roof, kernel_floor_s).items():
         ok = np.isfinite(y)
@@ -418,30 +424,83 @@ def wait_power_w(rows: pd.DataFrame) -> float:
     return float(rows["idle_power_w"].median()) if "idle_power_w" in rows else math.nan
 
 
+def pooled_rows(
+    table: pd.DataFrame, twin: pd.DataFrame | None, peers: pd.DataFrame | None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(own, pooled)`` rows. ``own``: the configuration's samples and, for the families
+    it does not measure, those its ``twin`` table ran on the same GPU (TF32 set as its
+    own). ``pooled``: its samples, its ``peers``' and, for the families none of them
+    measures, those of ``twin``'s GPUs, indexed 0..n-1, with columns ``_measured`` (its
+    or a peer's own measurement, not a twin's) and ``_train``: the rows learnt from, its
+    own samples and then those of a configuration and mode only a peer measured (its own
+    GPU's twin first). Every row of a GPU sets that GPU's ceilings and kernel floor."""
+    rows = training_rows(table)
+    tf32, name = rows["tf32"].iloc[0], rows["gpu_name"].iloc[0]
+    parts = [rows.assign(_measured=True, _train=True)]
+    if peers is not None and len(peers):
+        theirs = training_rows(peers)
+        keys = _keys(theirs)
+        fresh = ~keys.isin(set(_keys(rows))) & ~keys.duplicated()
+        parts.append(theirs.assign(_measured=True, _train=fresh.to_numpy()))
+    measured = pd.concat(parts, ignore_index=True)
+    own_lacking = lacking = measured.iloc[:0]
+    if twin is not None:
+        lacking = training_rows(twin).assign(tf32=tf32, _measured=False)
+        lacking = lacking.sort_values("gpu_name", key=lambda g: g != name, kind="stable")
+        own_lacking = lacking[~lacking["family"].isin(set(rows["family"]))]
+        own_lacking = own_lacking[own_lacking["gpu_name"] == name]
+        lacking = lacking[~lacking["family"].isin(set(measured["family"]))]
+        mine, keys = lacking["gpu_name"] == name, _keys(lacking)
+        lacking = lacking.assign(_train=mine | (~keys.isin(set(keys[mine])) & ~keys.duplicated()))
+    own = pd.concat([rows, own_lacking.drop(columns="_measured")], ignore_index=True)
+    return own, pd.concat([measured, lacking], ignore_index=True)
+
+
+def _keys(rows: pd.DataFrame) -> pd.Series:
+    """A sample's configuration and mode, as one key per row."""
+    return rows["op_id"].astype(str) + "/" + rows["mode"].astype(str)
+
+
 def fit(
     table: pd.DataFrame,
     gpu: str,
     make: Any,
     *,
     twin: pd.DataFrame | None = None,
+    peers: pd.DataFrame | None = None,
 ) -> OpModel:
     """The op models of one GPU configuration from its op-space table (the chunks
-    concatenated), families it lacks from ``twin``'s table (module docstring)."""
-    rows = training_rows(table)
-    if twin is not None:
-        lacking = training_rows(twin)
-        lacking = lacking[~lacking["family"].isin(set(rows["family"]))]
-        rows = pd.concat([rows, lacking.assign(tf32=rows["tf32"].iloc[0])], ignore_index=True)
-    peaks = rl.Peaks(
-        float(table["peak_matmul_flops_per_s"].median()),
-        float(table["peak_memory_bytes_per_s"].median()),
-    )
-    ceil = ceilings(rows, peaks)
-    roof = rl.roofline_times_s(list(rows["spec"]), list(rows["mode"]), ceil)
-    floor = shortest_kernel_s(rows)
+    concatenated), families it lacks from ``twin``'s table (module docstring). With
+    ``peers`` (the tables of its :func:`peers_of`, concatenated; then ``twin`` may hold
+    their twins too), GPU time, kernels, host time and the forward shares are learnt also
+    from the configurations only a peer measured (:func:`pooled_rows`), each against its
+    own GPU's base time (ceilings and kernel floor); busy power and the host constants
+    stay the configuration's own."""
+    rows, pooled = pooled_rows(table, twin, peers)
+    names = pooled["gpu_name"].astype(str).to_numpy()
+    name = str(table["gpu_name"].iloc[0])
+    roof, floor = np.zeros(len(pooled)), np.zeros(len(pooled))
+    per_gpu = {}
+    for gpu_name in sorted(set(names)):
+        sel = names == gpu_name
+        part = pooled[sel]
+        measured = part[part["_measured"]] if part["_measured"].any() else part
+        peaks = rl.Peaks(
+            float(measured["peak_matmul_flops_per_s"].median()),
+            float(measured["peak_memory_bytes_per_s"].median()),
+        )
+        ceil = ceilings(part, peaks)
+        per_gpu[gpu_name] = (peaks, ceil, shortest_kernel_s(part))
+        roof[sel] = rl.roofline_times_s(list(part["spec"]), list(part["mode"]), ceil)
+        floor[sel] = per_gpu[gpu_name][2]
+    peaks, ceil, own_floor = per_gpu[name]
+    # The roofline time as a feature against this configuration's ceilings for every
+    # sample, as a prediction computes it: a configuration is one point whoever measured it.
+    own_roof = rl.roofline_times_s(list(pooled["spec"]), list(pooled["mode"]), ceil)
     families = {}
-    for name, part in rows.groupby("family"):
-        families[str(name)] = fit_family(part, roof[part.index.to_numpy()], make, floor)
+    for family, part in pooled[pooled["_train"].astype(bool)].groupby("family"):
+        i = part.index.to_numpy()
+        families[str(family)] = fit_family(part, roof[i], make, floor[i], own_roof[i])
     p_wait = wait_power_w(rows)
     overhead, node = leaf_overhead(rows)
     model = OpModel(
@@ -450,7 +509,7 @@ def fit(
         gpu=gpu,
         sync_s=float(table["sync_s"].median()) if "sync_s" in table else 0.0,
         kernel_gap_s=KERNEL_GAP_S,
-        kernel_floor_s=floor,
+        kernel_floor_s=own_floor,
         peaks=peaks,
         ceilings=ceil,
         host_probe_s=float(rows["host_probe_s"].median()),
@@ -465,6 +524,8 @@ def fit(
             "torch_version": str(table["torch_version"].iloc[0]),
             "host_cpu": str(table["host_cpu"].iloc[0]),
             "samples": int(len(rows)),
+            "pooled_samples": int(pooled["_train"].astype(bool).sum()),
+            "pooled_gpus": sorted(per_gpu),
             "measured": _measured_dates(table),
         },
     )
@@ -529,17 +590,45 @@ def twin_of(tables: dict[str, pd.DataFrame], gpu: str) -> str | None:
     return None
 
 
+def peers_of(tables: dict[str, pd.DataFrame], gpu: str) -> list[str]:
+    """The configurations among ``tables`` whose samples the op models of ``gpu`` pool
+    with its own (:func:`fit`): measured on another GPU model with the same dtype and
+    TF32 setting. Their kernels are the same (on the H100 and the H200, 99.5 % of the
+    sampled convolutions ran as many kernels on both, in a median 4 % less time on the
+    H200), so a configuration either measured teaches both."""
+
+    def first(table: pd.DataFrame, column: str) -> Any:
+        values = table[column].dropna()
+        return values.iloc[0] if len(values) else None
+
+    own = tables[gpu]
+    key = (first(own, "dtype"), None if first(own, "tf32") is None else bool(first(own, "tf32")))
+    return [
+        name
+        for name, table in sorted(tables.items())
+        if name != gpu
+        and first(table, "gpu_name") != first(own, "gpu_name")
+        and (
+            first(table, "dtype"),
+            None if first(table, "tf32") is None else bool(first(table, "tf32")),
+        )
+        == key
+    ]
+
+
 def held_out_errors(
     table: pd.DataFrame,
     gpu: str,
     make: Any,
     *,
     twin: pd.DataFrame | None = None,
+    peers: pd.DataFrame | None = None,
     fraction: float = 0.2,
     seed: int = 0,
 ) -> dict[str, Any]:
     """Errors on sampled configurations held out of training: ``fraction`` of the op ids
-    (random, ``seed``) left out, the models fitted on the rest. Per family and overall:
+    (random, ``seed``) left out, the models fitted on the rest (of ``twin`` and ``peers``
+    too: a configuration a peer measured is held out there as well). Per family and overall:
     ``n`` held-out rows with kernels, the median |error| and MAPE (%) of the GPU time per
     call, and the median |error| of the host time per call."""
     ids = np.asarray(sorted(table["op_id"].astype(str).unique()))
@@ -549,7 +638,11 @@ def held_out_errors(
     test = test[test["gpu_time_s"] > 0]
     if test.empty:
         return {"held_out_fraction": fraction, "families": {}}
-    model = fit(table[~held], gpu, make, twin=twin)
+
+    def rest(other: pd.DataFrame | None) -> pd.DataFrame | None:
+        return None if other is None else other[~other["op_id"].astype(str).isin(hold)]
+
+    model = fit(table[~held], gpu, make, twin=rest(twin), peers=rest(peers))
     pred = model.predict(test[["spec", "mode", "op_type"]], isolated=True)
     gpu_err = pred["gpu_time_s"].to_numpy() / test["gpu_time_s"].to_numpy() - 1.0
     host_err = pred["host_time_s"].to_numpy() / test["host_time_s"].to_numpy() - 1.0
