@@ -1,6 +1,7 @@
 """Which cuDNN kernels run the op space's dense 3x3 convolutions with TF32 off?
 
-    python experiments/conv_algos.py --rounds 8 11 --out conv_algos.csv
+    python experiments/conv_algos.py --rounds 8 11 --out conv_algos.csv     # on a GPU host
+    python experiments/conv_algos.py --score tests/data/conv_algos/conv_algos_h100.csv.gz
 
 Each configuration of the given op-space rounds (``data/op-space/samples-r{round}.parquet``)
 is run in inference and training with TF32 off, as the op space measures it
@@ -11,6 +12,13 @@ summed durations on the device. Written as CSV (``op_id``, ``mode``, ``kernel``,
 algorithm (fewer multiplications than the direct count, above the FP32 units' peak on a
 dense 3x3 convolution) is then a question of which kernel ran, which a model of cuDNN's
 choice could learn from the shapes (docs/results.md, "Open questions").
+
+``--score FILE`` asks what knowing the algorithm is worth, on the configurations ``FILE``
+holds and their op-space measurements (``data/op-space/h100-notf32``): 5-fold by op id,
+extra trees on the op models' features and target (GPU time over the base time, as
+:mod:`opcost.model.opmodel` fits it) alone, with the algorithm that ran (FFT or not) as a
+feature, and with the algorithm predicted by a classifier trained on the other folds.
+Prints the median |error| and MAPE of the GPU time of each.
 """
 
 import argparse
@@ -27,10 +35,74 @@ from opcost import harness
 
 REPO = Path(__file__).resolve().parents[1]
 
+
+def is_fft(kernels: pd.DataFrame) -> pd.DataFrame:
+    """Per configuration (rows) and mode (columns): whether any of its kernels is an FFT's."""
+    fft = kernels["kernel"].str.contains("fft|cf32|complex", regex=True)
+    return kernels.assign(fft=fft).pivot_table(
+        index="op_id", columns="mode", values="fft", aggfunc="any"
+    )
+
+
+def score(path: Path) -> None:
+    import numpy as np
+    from sklearn.ensemble import ExtraTreesClassifier, ExtraTreesRegressor
+
+    from opcost.model import opmodel
+    from opcost.model import roofline as rl
+    from opcost.model.features import build_schema
+
+    fft = is_fft(pd.read_csv(path))
+    files = sorted((REPO / "data/op-space/h100-notf32").glob("*.parquet"))
+    table = opmodel.training_rows(pd.concat([pd.read_parquet(f) for f in files]))
+    rows = table[table["op_id"].isin(set(fft.index))].reset_index(drop=True)
+    peaks = rl.Peaks(
+        float(table["peak_matmul_flops_per_s"].median()),
+        float(table["peak_memory_bytes_per_s"].median()),
+    )
+    roof = rl.roofline_times_s(
+        list(rows["spec"]), list(rows["mode"]), opmodel.ceilings(table, peaks)
+    )
+    x = opmodel.features(rows, build_schema(rows["op_type"]), roof)
+    training = rows["mode"].to_numpy() == "training"
+    base = opmodel.base_time_s(roof, training, opmodel.shortest_kernel_s(table))
+    measured = rows["gpu_time_s"].to_numpy()
+    ran = np.array([fft.loc[o, m] for o, m in zip(rows["op_id"], rows["mode"], strict=True)])
+    ids = np.array(sorted(rows["op_id"].unique()))
+    np.random.default_rng(0).shuffle(ids)
+    errors: dict[str, list] = {
+        "alone": [],
+        "with the algorithm that ran": [],
+        "with it predicted": [],
+    }
+    for fold in np.array_split(ids, 5):
+        test = rows["op_id"].isin(set(fold)).to_numpy()
+        guessed = ran.astype(float)
+        clf = ExtraTreesClassifier(100, random_state=0).fit(x[~test], ran[~test])
+        guessed[test] = clf.predict(x[test])
+        for name, algo in zip(errors, (None, ran.astype(float), guessed), strict=True):
+            xa = x if algo is None else x.assign(fft=algo)
+            fit = ExtraTreesRegressor(25, min_samples_leaf=2, random_state=0)
+            fit.fit(xa[~test], np.log(measured[~test] / base[~test]))
+            errors[name].append(base[test] * np.exp(fit.predict(xa[test])) / measured[test] - 1)
+    print(f"{len(ids)} configurations, both modes, 5-fold by op id (H100, TF32 off)")
+    for name, e in errors.items():
+        e = np.abs(np.concatenate(e))
+        print(
+            f"{name:28s} median |error| {100 * np.median(e):5.1f} %  MAPE {100 * e.mean():5.1f} %"
+        )
+
+
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--rounds", type=int, nargs="+", default=[8, 11])
-parser.add_argument("--out", type=Path, required=True)
+parser.add_argument("--out", type=Path, help="measure (on this host's GPU) into this CSV")
+parser.add_argument("--score", type=Path, help="score a recorded CSV instead")
 args = parser.parse_args()
+if args.score:
+    score(args.score)
+    raise SystemExit(0)
+if args.out is None:
+    parser.error("give --out to measure, or --score FILE")
 
 samples = pd.concat(
     [pd.read_parquet(REPO / f"data/op-space/samples-r{r}.parquet") for r in args.rounds],
