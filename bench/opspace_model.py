@@ -50,6 +50,7 @@ from opcost.predict_replay import replay_networks
 from opcost.train import TrainConfig, make_regressor
 from opcost.validate.predictions import choice_scores, configuration_choice
 from opcost.validate.replay import _isolated_steps, call_sequences
+from opcost.workflow import op_space_data_inputs
 
 REPO = Path(__file__).resolve().parents[1]
 STUDIES = ("hopper", "hopper-large")
@@ -65,15 +66,16 @@ def load(gpu: str) -> pd.DataFrame:
 
 def sources(gpu: str, pool: bool) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
     """``(twin, peers)`` as ``snakemake op_models`` gives them to the op models of ``gpu``
-    (opcost.workflow.op_space_data_inputs): with ``pool``, the other GPUs' tables of the
-    same TF32 setting, and the twin's with its peers'."""
-    names = [p.name for p in sorted((REPO / "data/op-space").iterdir()) if p.is_dir()]
-    tables = {name: load(name) for name in names}
-    twin = opmodel.twin_of(tables, gpu)
-    peers = opmodel.peers_of(tables, gpu) if pool else []
-    twins = [twin, *opmodel.peers_of(tables, twin)] if twin and pool else [twin] if twin else []
-    concat = lambda ns: pd.concat([tables[n] for n in ns], ignore_index=True) if ns else None  # noqa: E731
-    return concat(twins), concat(peers)
+    (opcost.workflow.op_space_data_inputs: with ``pool``, the other GPUs' tables of the
+    same TF32 setting, and the twin's with its peers'), each configuration's table as
+    :func:`load` reads it."""
+    inputs = op_space_data_inputs(REPO / "data/op-space", gpu, pool)
+
+    def tables(paths: list[str]) -> pd.DataFrame | None:
+        names = list(dict.fromkeys(Path(p).parent.name for p in paths))
+        return pd.concat([load(n) for n in names], ignore_index=True) if names else None
+
+    return tables(inputs["twin"]), tables(inputs["peers"])
 
 
 def maker(regressor: str):
@@ -99,7 +101,7 @@ def held_out(gpu: str, regressors: list[str], pool: bool = True) -> pd.DataFrame
     for reg in regressors:
         model = opmodel.fit(rest(table), gpu, maker(reg), twin=rest(twin), peers=rest(peers))
         pred = model.predict(test[["spec", "mode", "op_type"]])["gpu_time_s"].to_numpy()
-        base = baseline(table[~table["op_id"].isin(hold)], test, maker(reg))
+        base = baseline(rest(table), test, maker(reg))
         for name, p in ((reg, pred), (f"{reg} on log time (baseline)", base)):
             measured = test["gpu_time_s"].to_numpy()
             out.append(

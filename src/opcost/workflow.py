@@ -354,14 +354,17 @@ def tf32_twin(study: Study, gpu: str) -> str | None:
     g = study.gpus[gpu]
     if g.tf32:
         return None
-
-    def gpu_of(c: GpuConfig) -> tuple:
-        return (c.device, c.dtype, c.slurm_gpu_model, c.slurm_constraint, c.gpu_name)
-
     for name, other in study.gpus.items():
-        if other.tf32 and gpu_of(other) == gpu_of(g):
+        if other.tf32 and (other.device, other.dtype, *_gpu_of(other)) == (
+            g.device, g.dtype, *_gpu_of(g)
+        ):  # fmt: skip
             return name
     return None
+
+
+def _gpu_of(c: GpuConfig) -> tuple:
+    """Which GPU a configuration runs on: its SLURM GPU model, constraint and GPU name."""
+    return (c.slurm_gpu_model, c.slurm_constraint, c.gpu_name)
 
 
 def op_space_families(study: Study, gpu: str) -> list[str] | None:
@@ -483,15 +486,11 @@ def gpu_peers(study: Study, gpu: str) -> list[str]:
     with its own (``op_space.model.pool_gpus``): the same device kind, dtype and TF32
     setting on another GPU (SLURM GPU model, constraint or GPU name)."""
     g = study.gpus[gpu]
-
-    def gpu_of(c: GpuConfig) -> tuple:
-        return (c.slurm_gpu_model, c.slurm_constraint, c.gpu_name)
-
     return [
         name
         for name, other in study.gpus.items()
         if (other.device, other.dtype, other.tf32) == (g.device, g.dtype, g.tf32)
-        and gpu_of(other) != gpu_of(g)
+        and _gpu_of(other) != _gpu_of(g)
     ]
 
 

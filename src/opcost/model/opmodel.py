@@ -477,28 +477,32 @@ def fit(
     own GPU's base time (ceilings and kernel floor); busy power and the host constants
     stay the configuration's own."""
     rows, pooled = pooled_rows(table, twin, peers)
-    names = pooled["gpu_name"].astype(str).to_numpy()
     name = str(table["gpu_name"].iloc[0])
-    roof, floor = np.zeros(len(pooled)), np.zeros(len(pooled))
+    # Every sample of a GPU sets its peaks, ceilings and kernel floor.
     per_gpu = {}
-    for gpu_name in sorted(set(names)):
-        sel = names == gpu_name
-        part = pooled[sel]
+    for gpu_name, part in pooled.groupby(pooled["gpu_name"].astype(str)):
         measured = part[part["_measured"]] if part["_measured"].any() else part
         peaks = rl.Peaks(
             float(measured["peak_matmul_flops_per_s"].median()),
             float(measured["peak_memory_bytes_per_s"].median()),
         )
-        ceil = ceilings(part, peaks)
-        per_gpu[gpu_name] = (peaks, ceil, shortest_kernel_s(part))
-        roof[sel] = rl.roofline_times_s(list(part["spec"]), list(part["mode"]), ceil)
-        floor[sel] = per_gpu[gpu_name][2]
+        per_gpu[gpu_name] = (peaks, ceilings(part, peaks), shortest_kernel_s(part))
     peaks, ceil, own_floor = per_gpu[name]
+    train = pooled[pooled["_train"].astype(bool)].reset_index(drop=True)
+    gpus = train["gpu_name"].astype(str).to_numpy()
     # The roofline time as a feature against this configuration's ceilings for every
-    # sample, as a prediction computes it: a configuration is one point whoever measured it.
-    own_roof = rl.roofline_times_s(list(pooled["spec"]), list(pooled["mode"]), ceil)
+    # sample, as a prediction computes it: a configuration is one point whoever measured it;
+    # the base time a sample's GPU time is learnt against, against its own GPU's.
+    own_roof = rl.roofline_times_s(list(train["spec"]), list(train["mode"]), ceil)
+    roof, floor = own_roof.copy(), np.full(len(train), own_floor)
+    for gpu_name, (_, other_ceil, other_floor) in per_gpu.items():
+        sel = gpus == gpu_name
+        if gpu_name != name and sel.any():
+            part = train[sel]
+            roof[sel] = rl.roofline_times_s(list(part["spec"]), list(part["mode"]), other_ceil)
+            floor[sel] = other_floor
     families = {}
-    for family, part in pooled[pooled["_train"].astype(bool)].groupby("family"):
+    for family, part in train.groupby("family"):
         i = part.index.to_numpy()
         families[str(family)] = fit_family(part, roof[i], make, floor[i], own_roof[i])
     p_wait = wait_power_w(rows)
@@ -524,7 +528,7 @@ def fit(
             "torch_version": str(table["torch_version"].iloc[0]),
             "host_cpu": str(table["host_cpu"].iloc[0]),
             "samples": int(len(rows)),
-            "pooled_samples": int(pooled["_train"].astype(bool).sum()),
+            "pooled_samples": len(train),
             "pooled_gpus": sorted(per_gpu),
             "measured": _measured_dates(table),
         },
@@ -567,25 +571,27 @@ def read_chunks(paths: list[str]) -> pd.DataFrame:
     return pd.concat([t for t in tables if len(t)] or tables[:1], ignore_index=True)
 
 
+def _recorded(table: pd.DataFrame) -> tuple[Any, Any, bool | None]:
+    """``(gpu_name, dtype, tf32)`` as a configuration's chunk table records them (its
+    first non-missing value of each; None where it records none)."""
+
+    def first(column: str) -> Any:
+        values = table[column].dropna()
+        return values.iloc[0] if len(values) else None
+
+    tf32 = first("tf32")
+    return first("gpu_name"), first("dtype"), None if tf32 is None else bool(tf32)
+
+
 def twin_of(tables: dict[str, pd.DataFrame], gpu: str) -> str | None:
     """For a TF32-off configuration, the configuration among ``tables`` measured on the
     same GPU model with the same dtype and TF32 on (the one whose rows fill the families
     it does not measure); None for TF32 on or without one."""
-
-    def first(table: pd.DataFrame, column: str) -> Any:
-        values = table[column].dropna()
-        return values.iloc[0] if len(values) else None
-
-    own = tables[gpu]
-    if first(own, "tf32") is None or bool(first(own, "tf32")):
+    gpu_name, dtype, tf32 = _recorded(tables[gpu])
+    if tf32 is None or tf32:
         return None
-    key = (first(own, "gpu_name"), first(own, "dtype"))
     for name, table in sorted(tables.items()):
-        if (
-            name != gpu
-            and first(table, "tf32")
-            and ((first(table, "gpu_name"), first(table, "dtype")) == key)
-        ):
+        if name != gpu and _recorded(table) == (gpu_name, dtype, True):
             return name
     return None
 
@@ -596,24 +602,9 @@ def peers_of(tables: dict[str, pd.DataFrame], gpu: str) -> list[str]:
     TF32 setting. Their kernels are the same (on the H100 and the H200, 99.5 % of the
     sampled convolutions ran as many kernels on both, in a median 4 % less time on the
     H200), so a configuration either measured teaches both."""
-
-    def first(table: pd.DataFrame, column: str) -> Any:
-        values = table[column].dropna()
-        return values.iloc[0] if len(values) else None
-
-    own = tables[gpu]
-    key = (first(own, "dtype"), None if first(own, "tf32") is None else bool(first(own, "tf32")))
-    return [
-        name
-        for name, table in sorted(tables.items())
-        if name != gpu
-        and first(table, "gpu_name") != first(own, "gpu_name")
-        and (
-            first(table, "dtype"),
-            None if first(table, "tf32") is None else bool(first(table, "tf32")),
-        )
-        == key
-    ]
+    gpu_name, *numerics = _recorded(tables[gpu])
+    recorded = {name: _recorded(table) for name, table in sorted(tables.items()) if name != gpu}
+    return [n for n, (g, *num) in recorded.items() if g != gpu_name and num == numerics]
 
 
 def held_out_errors(
