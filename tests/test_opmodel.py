@@ -280,6 +280,11 @@ def test_a_family_knows_its_sampled_sizes_and_names_an_op_beyond_them(model, h10
 # -- pooling the GPUs' samples (op_space.model.pool_gpus) -----------------------------------
 
 
+def keys(table: pd.DataFrame) -> set[tuple[str, str]]:
+    """A table's samples as (configuration, mode) pairs."""
+    return set(zip(table["op_id"], table["mode"], strict=True))
+
+
 def _tables() -> dict[str, pd.DataFrame]:
     def read(gpu: str) -> pd.DataFrame:
         files = glob.glob(str(DATA / gpu / "*.parquet"))
@@ -302,7 +307,6 @@ def test_pooled_rows_keep_a_configurations_own_measurement_and_add_what_only_a_p
     peer = _load("h100-notf32")
     twin = pd.concat([_load("h200"), _load("h100")], ignore_index=True)
     mine, pooled = opmodel.pooled_rows(own, twin, peer)
-    keys = lambda t: set(zip(t["op_id"], t["mode"], strict=True))  # noqa: E731
     only_peer = keys(opmodel.training_rows(peer)) - keys(opmodel.training_rows(own))
     # Rounds 8, 10 and 11 were measured on the H100 alone (data/op-space/README.md).
     h100_only = pd.concat([pd.read_parquet(DATA / f"samples-r{r}.parquet") for r in (8, 10, 11)])
@@ -343,7 +347,6 @@ def test_a_configuration_learns_the_samples_only_its_peer_measured() -> None:
 
     alone = error(opmodel.fit(rest, "h200", _make))
     pooled = opmodel.fit(rest, "h200", _make, peers=h100)
-    keys = lambda t: set(zip(t["op_id"], t["mode"], strict=True))  # noqa: E731
     only_h100 = keys(opmodel.training_rows(h100)) - keys(opmodel.training_rows(rest))
     assert keys(test) <= only_h100  # with round 9, which the H100 alone measured
     assert pooled.meta["pooled_samples"] == pooled.meta["samples"] + len(only_h100)
