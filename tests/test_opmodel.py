@@ -308,8 +308,10 @@ def test_pooled_rows_keep_a_configurations_own_measurement_and_add_what_only_a_p
     twin = pd.concat([_load("h200"), _load("h100")], ignore_index=True)
     mine, pooled = opmodel.pooled_rows(own, twin, peer)
     only_peer = keys(opmodel.training_rows(peer)) - keys(opmodel.training_rows(own))
-    # Rounds 8, 10 and 11 were measured on the H100 alone (data/op-space/README.md).
-    h100_only = pd.concat([pd.read_parquet(DATA / f"samples-r{r}.parquet") for r in (8, 10, 11)])
+    # Rounds 8, 10, 11 and 13 were measured on the H100 alone (data/op-space/README.md).
+    h100_only = pd.concat(
+        [pd.read_parquet(DATA / f"samples-r{r}.parquet") for r in (8, 10, 11, 13)]
+    )
     assert {op for op, _ in only_peer} == set(h100_only["op_id"])
     learnt = pooled[pooled["_train"]]
     assert keys(learnt[learnt["gpu_name"] != own["gpu_name"].iloc[0]]) == only_peer

@@ -142,10 +142,16 @@ def test_the_same_seed_gives_the_same_configurations_and_starts_continue_the_seq
     assert halves["round"].tolist() == [1] * 4 + [2] * 4
 
 
-def _within_bounds(spec):
+def _size(spec):
+    """Forward FLOPs and largest tensor bytes, counted here from the spec."""
     flops = op_counts(specs.canonical_json(spec))["flops"]
     largest = max(math.prod(t["shape"]) for t in [*spec["inputs"], *spec["outputs"]])
-    return flops <= opspace.MAX_FORWARD_FLOPS and 4 * largest <= opspace.MAX_TENSOR_BYTES
+    return flops, 4 * largest
+
+
+def _within_bounds(spec, bounds=(opspace.MAX_FORWARD_FLOPS, opspace.MAX_TENSOR_BYTES)):
+    flops, largest = _size(spec)
+    return flops <= bounds[0] and largest <= bounds[1]
 
 
 def test_every_sampled_configuration_is_within_the_size_bounds(sampled):
@@ -438,8 +444,8 @@ def _no_kernel_in_inference(row):
 @pytest.mark.parametrize("gpu", ["h100", "h200"])
 def test_the_committed_measurements_are_sane(gpu):
     # Round 1, the adaptive rounds 2 and 3, the power round 4 and the convolutions of rounds
-    # 5 and 6 (data/op-space/README.md), each fully measured; on the H100 round 9's too.
-    measured = (2, 3, 4, 5, 6, 9) if gpu == "h100" else (2, 3, 4, 5, 6)
+    # 5 and 6 (data/op-space/README.md), each fully measured; on the H100 rounds 9 and 12.
+    measured = (2, 3, 4, 5, 6, 9, 12) if gpu == "h100" else (2, 3, 4, 5, 6)
     rounds = ["samples.parquet", *(f"samples-r{r}.parquet" for r in measured)]
     samples = pd.concat([pd.read_parquet(DATA / r) for r in rounds], ignore_index=True)
     table = _measured(gpu)
@@ -573,8 +579,8 @@ def test_generator_2_samples_small_maps_and_grouped_convolutions_as_networks_bui
     assert opspace.sample(counts, seed=0, generator=1)["op_id"].tolist() == (
         opspace.sample(counts, seed=0, generator=2)["op_id"].tolist()
     )
-    with pytest.raises(opspace.OpSpaceError, match="generator 7"):
-        opspace.sample({"conv": 1}, generator=7)
+    with pytest.raises(opspace.OpSpaceError, match="generator 8"):
+        opspace.sample({"conv": 1}, generator=8)
 
 
 def test_generator_6_samples_dense_convolutions_of_aligned_widths():
@@ -598,6 +604,41 @@ def test_generator_6_samples_dense_convolutions_of_aligned_widths():
     strides = {a["stride"][0] for a, _ in convs}
     assert kernels == {1, 3, 5, 7}
     assert strides == {1, 2}
+
+
+def test_generator_7_samples_dense_convolutions_at_large_batches_beyond_the_default_bounds():
+    table = opspace.sample({"conv": 400}, seed=0, generator=7)
+    convs = _conv_attrs(table)
+    assert len(convs) > 390  # a few small ones repeat
+    sizes = [_size(json.loads(s)) for s in table["spec"]]
+    heavy = (1.0e12, 2**30)
+    assert opspace.bounds("conv", 7) == heavy
+    assert opspace.bounds("conv", 6) == opspace.bounds("linear", 7) == (2.0e11, 2**29)
+    assert all(_within_bounds(json.loads(s), heavy) for s in table["spec"])
+    # What the default bounds would have halved: about a fifth of them.
+    beyond = np.mean([not _within_bounds(json.loads(s)) for s in table["spec"]])
+    assert 0.1 < beyond < 0.4
+    assert max(f for f, _ in sizes) > 5e11
+    batches = np.array([shape[0] for _, shape in convs])
+    assert np.mean(batches >= 16) > 0.9
+    assert set(batches[batches >= 16]) == {16, 32, 64, 128, 256}
+    # Drawn at 16-256 (powers of two); shrunk only beyond the heavy bounds.
+    for u in opspace.points("conv", 60, seed=0):
+        drawn = opspace.FAMILIES["conv"].params(u, 7)
+        assert drawn["batch"] in (16, 32, 64, 128, 256)
+        fitted, _ = opspace.fit("conv", drawn, 7)
+        whole = _within_bounds(opspace.record(opspace.FAMILIES["conv"].call(drawn)), heavy)
+        assert (fitted == drawn) == whole
+    for a, shape in convs:
+        assert a["groups"] == 1
+        assert a["dilation"] == [1, 1]
+        assert (shape[2] == 224) if a["in_channels"] == 3 else (7 <= shape[2] <= 112)
+    assert {a["kernel_size"][0] for a, _ in convs} == {1, 3, 5, 7}
+    # One round-trips through extraction's spec format, as a network's layer.
+    u = np.random.default_rng(7).random(opspace.FAMILIES["conv"].dims)
+    params, spec = opspace.fit("conv", opspace.FAMILIES["conv"].params(u, 7), 7)
+    (found,) = extract_ops(_InANetwork(opspace.FAMILIES["conv"].call(params)), (1,))
+    assert specs.canonical_json(found) == specs.canonical_json(spec)
 
 
 def test_generator_3_samples_grouped_convolutions_more_often_as_networks_build_them():
@@ -669,7 +710,7 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     generator version a round names keeps it as measured."""
     study = load_study_file(REPO / "config/op-space.yaml")
     rounds = wf.op_space_round_counts(study)
-    assert len(rounds) == 11
+    assert len(rounds) == 13
     for r in range(2, len(rounds) + 1):
         params = wf.op_space_round_params(study, r)
         committed = pd.read_parquet(DATA / f"samples-r{r}.parquet")
@@ -684,7 +725,8 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     assert wf.op_space_round_params(study, 6)["generator"] == 3
     assert wf.op_space_round_params(study, 7)["generator"] == 4
     assert wf.op_space_round_params(study, 8)["generator"] == 5
-    assert [wf.op_space_round_params(study, r)["generator"] for r in (9, 10, 11)] == [6, 6, 5]
+    generators = [wf.op_space_round_params(study, r)["generator"] for r in range(9, 14)]
+    assert generators == [6, 6, 5, 7, 7]
     assert wf.op_space_sampling_params(study)["generator"] == 1
 
 

@@ -17,8 +17,9 @@ A configuration is built on PyTorch's ``meta`` device, called as a network calls
 recorded with extraction's own spec builder (:func:`opcost.spec.make_spec`), so its spec
 and ``op_id`` are exactly those extraction gives the same layer in a network. A
 configuration whose step would exceed :data:`MAX_FORWARD_FLOPS` or whose largest tensor
-would exceed :data:`MAX_TENSOR_BYTES` has its batch (then its spatial size or sequence)
-halved until it fits, so that one configuration never costs more than a few ms per step.
+would exceed :data:`MAX_TENSOR_BYTES` (generator 7's convolutions: :data:`HEAVY_BOUNDS`)
+has its batch (then its spatial size or sequence) halved until it fits, so that one
+configuration never costs more than a few ms per step (tens of ms for generator 7's).
 """
 
 from __future__ import annotations
@@ -42,12 +43,16 @@ from opcost.errors import OpcostError
 #: Upper bounds of one configuration (float32): forward FLOPs and its largest tensor.
 MAX_FORWARD_FLOPS = 2.0e11
 MAX_TENSOR_BYTES = 2**29
+#: Generator 7's bounds ``(forward FLOPs, largest tensor bytes)``: the convolutions of a
+#: network at batch 64 to 256 (up to about 1 TFLOP forward), which the default bounds
+#: would halve to a smaller batch.
+HEAVY_BOUNDS = (1.0e12, 2**30)
 #: Columns of a table of sampled configurations.
 COLUMNS = ("op_id", "family", "type", "kind", "spec", "sample", "round", "generator")
 #: Versions of the map from the unit cube to configurations (``op_space.generator``): a
 #: round keeps the version it was measured with, so that its samples stay those measured.
-#: 2 to 6 changed convolutions only (:func:`_conv`).
-GENERATORS = (1, 2, 3, 4, 5, 6)
+#: 2 to 7 changed convolutions only (:func:`_conv`).
+GENERATORS = (1, 2, 3, 4, 5, 6, 7)
 
 
 class OpSpaceError(OpcostError, ValueError):
@@ -140,11 +145,14 @@ def _conv(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
     Generator 4 (:func:`_dense_3x3`): dense 3x3 stride-1 convolutions only, on maps of
     7-64; generator 5: the same with widths and batches powers of two. Generator 6
     (:func:`_dense_aligned`): dense convolutions of every kernel and stride with aligned
-    widths and batches powers of two."""
+    widths and batches powers of two. Generator 7 (:func:`_dense_heavy`): the same at
+    batch 16-256 on maps of 7-112, bounded by :data:`HEAVY_BOUNDS`."""
     if generator in (4, 5):
         return _dense_3x3(u, powers_of_two=generator == 5)
     if generator == 6:
         return _dense_aligned(u)
+    if generator == 7:
+        return _dense_heavy(u)
     # One in ten is a network's first layer, on RGB images.
     cin = 3 if u[1] < 0.1 else width((u[1] - 0.1) / 0.9, 8, 2048)
     cout = width(u[2], 8, 2048)
@@ -223,6 +231,25 @@ def _dense_3x3(u: Sequence[float], *, powers_of_two: bool = False) -> dict[str, 
 ALIGNED_GRAINS = (32, 64)
 
 
+def _aligned_width(v: float) -> int:
+    """A width of 16-2048 channels at quantile ``v``: a multiple of 32 or 64 (two in
+    three) or a power of two."""
+    if beyond(v) < 2 / 3:
+        grain = pick(beyond(beyond(v)), ALIGNED_GRAINS)
+        return min(_round_to(log_int(v, 16, 2048), grain), 2048)
+    return _power_of_two(v, 16, 2048)
+
+
+def _aligned_widths(u: Sequence[float], shares: Sequence[float]) -> tuple[int, int]:
+    """``(cin, cout)`` of generators 6 and 7: one in ten on RGB images, else an aligned
+    width; as many output channels as input, twice as many or a width drawn apart, in
+    ``shares``."""
+    cin = 3 if u[1] < 0.1 else _aligned_width((u[1] - 0.1) / 0.9)
+    out = pick(u[10], ["same", "double", "apart"], shares)
+    cout = {"same": max(cin, 16), "double": max(2 * cin, 16), "apart": _aligned_width(u[2])}[out]
+    return cin, min(cout, 2048)
+
+
 def _dense_aligned(u: Sequence[float]) -> dict[str, Any]:
     """A dense convolution as networks build them: widths of 16-2048 channels, each a
     multiple of 32 or 64 (two in three) or a power of two, and as many output channels
@@ -232,20 +259,11 @@ def _dense_aligned(u: Sequence[float]) -> dict[str, Any]:
     tensor-core and vectorised kernels, which the models trained on generators 1-3
     predicted 5-20 % too slow (the held-out dense convolutions whose widths are
     multiples of 32, median signed error by kernel; docs/op-space.md, round 9)."""
-
-    def aligned(v: float) -> int:
-        if beyond(v) < 2 / 3:
-            grain = pick(beyond(beyond(v)), ALIGNED_GRAINS)
-            return min(_round_to(log_int(v, 16, 2048), grain), 2048)
-        return _power_of_two(v, 16, 2048)
-
-    cin = 3 if u[1] < 0.1 else aligned((u[1] - 0.1) / 0.9)
-    out = pick(u[10], ["same", "double", "apart"], [2 / 6, 1 / 6, 3 / 6])
-    cout = {"same": max(cin, 16), "double": max(2 * cin, 16), "apart": aligned(u[2])}[out]
+    cin, cout = _aligned_widths(u, [2 / 6, 1 / 6, 3 / 6])
     p = {
         "batch": _power_of_two(u[0], 1, 256),
         "cin": cin,
-        "cout": min(cout, 2048),
+        "cout": cout,
         "kernel": pick(u[3], [1, 3, 5, 7], [0.4, 0.4, 0.05, 0.15]),
         "stride": pick(u[4], [1, 2], [0.7, 0.3]),
         "dilation": 1,
@@ -257,6 +275,30 @@ def _dense_aligned(u: Sequence[float]) -> dict[str, Any]:
     if p["spatial"] < p["kernel"]:
         p["kernel"] = 3 if p["spatial"] >= 3 else 1
     return p
+
+
+def _dense_heavy(u: Sequence[float]) -> dict[str, Any]:
+    """A dense convolution of a network at a large batch, where the GPU sets the pace:
+    widths as generator 6's, batch a power of two of 16-256, maps of 7-112
+    (log-uniform; an RGB input's 224), kernel 1, 3, 5 or 7, stride 1 or 2, bounded by
+    :data:`HEAVY_BOUNDS` instead of the default bounds. The space-filling generators put
+    few samples there (the batch, the map and the widths all large at once) and halve
+    the batch of the heaviest: held out of the models of rounds 1-11, the aligned dense
+    convolutions of 10 GFLOP or more at batch 16-256 were predicted a median 8-11 % too
+    slow (H100, TF32 on, 5-fold by op id; docs/op-space.md, round 12)."""
+    cin, cout = _aligned_widths(u, [0.4, 0.2, 0.4])
+    return {
+        "batch": _power_of_two(u[0], 16, 256),
+        "cin": cin,
+        "cout": cout,
+        "kernel": pick(u[3], [1, 3, 5, 7], [0.35, 0.45, 0.05, 0.15]),
+        "stride": pick(u[4], [1, 2], [0.75, 0.25]),
+        "dilation": 1,
+        "groups": 1,
+        "spatial": 224 if cin == 3 else log_int(u[7], 7, 112),
+        "bias": u[8] < 0.3,
+        "channels_last": u[9] < 0.25,
+    }
 
 
 def _conv_call(p: dict[str, Any]) -> Call:
@@ -574,19 +616,31 @@ def _size(spec: dict[str, Any]) -> tuple[float, int]:
     return flops, 4 * largest
 
 
-def build(family: str, params: dict[str, Any]) -> dict[str, Any]:
+def bounds(family: str, generator: int = 1) -> tuple[float, int]:
+    """``(forward FLOPs, largest tensor bytes)`` a configuration of ``family`` drawn by
+    ``generator`` is shrunk to."""
+    if family == "conv" and generator == 7:
+        return HEAVY_BOUNDS
+    return MAX_FORWARD_FLOPS, MAX_TENSOR_BYTES
+
+
+def build(family: str, params: dict[str, Any], generator: int = 1) -> dict[str, Any]:
     """The spec of one configuration, shrunk to the size bounds (module docstring)."""
-    return fit(family, params)[1]
+    return fit(family, params, generator)[1]
 
 
-def fit(family: str, params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The parameters of one configuration shrunk to the size bounds, and their spec."""
+def fit(
+    family: str, params: dict[str, Any], generator: int = 1
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The parameters of one configuration shrunk to ``generator``'s size bounds
+    (:func:`bounds`), and their spec."""
     fam = FAMILIES[family]
+    max_flops, max_bytes = bounds(family, generator)
     p = dict(params)
     for _ in range(64):
         spec = record(fam.call(p))
         flops, largest = _size(spec)
-        if flops <= MAX_FORWARD_FLOPS and largest <= MAX_TENSOR_BYTES:
+        if flops <= max_flops and largest <= max_bytes:
             return p, spec
         if p.get("batch", 1) > 1:
             p["batch"] = max(1, p["batch"] // 2)
@@ -645,7 +699,7 @@ def sample(
     for family, n in counts.items():
         start = (starts or {}).get(family, 0)
         for i, u in enumerate(points(family, n, seed=seed, start=start)):
-            spec = build(family, FAMILIES[family].params(u, generator))
+            spec = build(family, FAMILIES[family].params(u, generator), generator)
             rows.append(
                 {
                     "op_id": specs.op_id(spec),
