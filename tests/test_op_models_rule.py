@@ -129,7 +129,8 @@ def test_measured_op_models_train_on_the_studys_chunks_and_the_tf32_twins(repo):
     # round 4's 120 (one chunk), round 5's 480 (two) and round 6's 720 (three); round 7's
     # 400 (two) with TF32 off alone; on the H100 alone round 8's 200 (one) and round 11's
     # 300 (two) with TF32 off, round 9's 400 (two) with TF32 on, round 10's 400 (two) off,
-    # round 12's 400 (two) on and round 13's 400 (two) off.
+    # round 12's 400 (two) on and round 13's 400 (two) off, round 14's 400 (two) on and
+    # round 15's 300 (two) off.
     names = [
         *map(str, range(10)), *(f"r{r}-{c}" for r in (2, 3) for c in range(5)),
         "r4-0", "r5-0", "r5-1", "r6-0", "r6-1", "r6-2",
@@ -137,11 +138,11 @@ def test_measured_op_models_train_on_the_studys_chunks_and_the_tf32_twins(repo):
     raw = "results/op-space/raw/{}/{}.parquet"
     chunks = [raw.format("{}", c) for c in names]
     off = [*chunks, *(raw.format("{}", f"r7-{c}") for c in (0, 1))]
-    only_h100_off = ("r8-0", "r10-0", "r10-1", "r11-0", "r11-1", "r13-0", "r13-1")
+    only_h100_off = ("r8-0", "r10-0", "r10-1", "r11-0", "r11-1", "r13-0", "r13-1", "r15-0", "r15-1")
     h100_off = [*(c.format("h100-notf32") for c in off)]
     h100_off += [raw.format("h100-notf32", c) for c in only_h100_off]
     h100_on = [c.format("h100") for c in chunks]
-    h100_on += [raw.format("h100", f"r{r}-{c}") for r in (9, 12) for c in (0, 1)]
+    h100_on += [raw.format("h100", f"r{r}-{c}") for r in (9, 12, 14) for c in (0, 1)]
     # Pooled with the other GPU's configuration of its TF32 setting, the rounds only the
     # H100 measured included (op_space.model.pool_gpus, on by default); the families it
     # lacks from both TF32-on twins.

@@ -105,9 +105,9 @@ def test_a_round_samples_with_the_newest_generator_unless_it_names_one():
     assert wf.op_space_sampling_params(study)["generator"] == 2
     assert wf.op_space_round_params(study, 2)["generator"] == 2
     assert wf.op_space_round_params(study, 3)["generator"] == 1
-    assert tuple(range(1, 8)) == opspace.GENERATORS
-    config = _config([{**ROUND_2, "generator": 8}])
-    with pytest.raises(ConfigError, match=r"op_space\.rounds\.0\.generator: 8 is not allowed"):
+    assert tuple(range(1, 9)) == opspace.GENERATORS
+    config = _config([{**ROUND_2, "generator": 9}])
+    with pytest.raises(ConfigError, match=r"op_space\.rounds\.0\.generator: 9 is not allowed"):
         load_study(config)
 
 
@@ -257,10 +257,16 @@ def test_the_op_space_config_records_each_rounds_allocation(repo):
             "samples": {"conv": 300}, "power_samples": 2, "generator": 5,
             "gpus": ["h100-notf32"],
         },
-        # Rounds 12 and 13: dense convolutions at batch 16-256 (generator 7), TF32 on, off.
+        # Rounds 12 and 13: dense convolutions at batch 16-256 (generator 7), TF32 on, off;
+        # rounds 14 and 15: grouped and depthwise ones (generator 8).
         {"samples": {"conv": 400}, "power_samples": 2, "generator": 7, "gpus": ["h100"]},
         {
             "samples": {"conv": 400}, "power_samples": 2, "generator": 7,
+            "gpus": ["h100-notf32"],
+        },
+        {"samples": {"conv": 400}, "power_samples": 2, "generator": 8, "gpus": ["h100"]},
+        {
+            "samples": {"conv": 300}, "power_samples": 2, "generator": 8,
             "gpus": ["h100-notf32"],
         },
     ]  # fmt: skip

@@ -250,6 +250,47 @@ def test_busy_power_is_learnt_only_from_windows_the_kernels_keep_busy() -> None:
     np.testing.assert_allclose(a.to_numpy(), b.to_numpy())
 
 
+def test_a_windows_busy_power_counts_the_time_its_kernels_keep_the_gpu_busy() -> None:
+    windows = pd.DataFrame(
+        {
+            "power_w": [300.0, 300.0],
+            "power_time_s": [1.0, 1.0],
+            "gpu_time_s": [0.8, 0.8],
+            "gpu_busy_time_s": [0.5, np.nan],  # overlapping kernels; not recorded
+        }
+    )
+    busy = opmodel.window_busy_power_w(windows, 100.0)
+    # (300 * 1 - 100 * (1 - 0.5)) / 0.5 and (300 * 1 - 100 * (1 - 0.8)) / 0.8.
+    np.testing.assert_allclose(busy, [500.0, 350.0])
+
+
+def test_the_busy_share_is_learnt_where_kernels_overlap() -> None:
+    """Grouped convolutions whose kernels cuDNN runs on several streams at once keep the
+    GPU busy for less than their summed kernel time (round 15 records both, TF32 off);
+    the model predicts that share, never above 1, and 1 where no sample recorded it."""
+    files = ["2.parquet", "r13-0.parquet", "r15-0.parquet", "r15-1.parquet"]
+    table = pd.concat([pd.read_parquet(DATA / "h100-notf32" / f) for f in files])
+    table = table.reset_index(drop=True)
+    model = opmodel.fit(table, "h100-notf32", _make)
+    assert "busy" in model.families["conv"].fits
+    assert "busy" not in model.families["linear"].fits  # no linear sample records it
+    rows = table[(table["status"] == "ok") & (table["gpu_time_s"] > 0)]
+    p = model.predict(rows[["spec", "mode", "op_type"]])
+    measured = (rows["gpu_busy_time_s"] / rows["gpu_time_s"]).to_numpy()
+    predicted = (p["gpu_busy_time_s"] / p["gpu_time_s"]).to_numpy()
+    fwd = (p["forward_gpu_busy_time_s"] / p["forward_gpu_time_s"]).to_numpy()
+    assert (predicted <= 1.0).all()
+    np.testing.assert_allclose(fwd, predicted, rtol=1e-12)
+    recorded = np.isfinite(measured)
+    overlap = recorded & (measured < 0.6)
+    serial = recorded & (measured > 0.999)
+    assert overlap.sum() >= 30
+    assert np.median(predicted[overlap]) < 0.75
+    assert np.median(predicted[serial]) > 0.97
+    no_record = (p["family"] == "linear").to_numpy()
+    np.testing.assert_array_equal(predicted[no_record], 1.0)
+
+
 def _conv_spec(n: int, cin: int, cout: int, hw: int) -> str:
     from opcost import opspace
 
@@ -308,9 +349,9 @@ def test_pooled_rows_keep_a_configurations_own_measurement_and_add_what_only_a_p
     twin = pd.concat([_load("h200"), _load("h100")], ignore_index=True)
     mine, pooled = opmodel.pooled_rows(own, twin, peer)
     only_peer = keys(opmodel.training_rows(peer)) - keys(opmodel.training_rows(own))
-    # Rounds 8, 10, 11 and 13 were measured on the H100 alone (data/op-space/README.md).
+    # Rounds 8, 10, 11, 13 and 15 were measured on the H100 alone (data/op-space/README.md).
     h100_only = pd.concat(
-        [pd.read_parquet(DATA / f"samples-r{r}.parquet") for r in (8, 10, 11, 13)]
+        [pd.read_parquet(DATA / f"samples-r{r}.parquet") for r in (8, 10, 11, 13, 15)]
     )
     assert {op for op, _ in only_peer} == set(h100_only["op_id"])
     learnt = pooled[pooled["_train"]]

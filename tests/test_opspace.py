@@ -444,8 +444,8 @@ def _no_kernel_in_inference(row):
 @pytest.mark.parametrize("gpu", ["h100", "h200"])
 def test_the_committed_measurements_are_sane(gpu):
     # Round 1, the adaptive rounds 2 and 3, the power round 4 and the convolutions of rounds
-    # 5 and 6 (data/op-space/README.md), each fully measured; on the H100 rounds 9 and 12.
-    measured = (2, 3, 4, 5, 6, 9, 12) if gpu == "h100" else (2, 3, 4, 5, 6)
+    # 5 and 6 (data/op-space/README.md), each fully measured; on the H100 rounds 9, 12, 14.
+    measured = (2, 3, 4, 5, 6, 9, 12, 14) if gpu == "h100" else (2, 3, 4, 5, 6)
     rounds = ["samples.parquet", *(f"samples-r{r}.parquet" for r in measured)]
     samples = pd.concat([pd.read_parquet(DATA / r) for r in rounds], ignore_index=True)
     table = _measured(gpu)
@@ -579,8 +579,8 @@ def test_generator_2_samples_small_maps_and_grouped_convolutions_as_networks_bui
     assert opspace.sample(counts, seed=0, generator=1)["op_id"].tolist() == (
         opspace.sample(counts, seed=0, generator=2)["op_id"].tolist()
     )
-    with pytest.raises(opspace.OpSpaceError, match="generator 8"):
-        opspace.sample({"conv": 1}, generator=8)
+    with pytest.raises(opspace.OpSpaceError, match="generator 9"):
+        opspace.sample({"conv": 1}, generator=9)
 
 
 def test_generator_6_samples_dense_convolutions_of_aligned_widths():
@@ -637,6 +637,31 @@ def test_generator_7_samples_dense_convolutions_at_large_batches_beyond_the_defa
     # One round-trips through extraction's spec format, as a network's layer.
     u = np.random.default_rng(7).random(opspace.FAMILIES["conv"].dims)
     params, spec = opspace.fit("conv", opspace.FAMILIES["conv"].params(u, 7), 7)
+    (found,) = extract_ops(_InANetwork(opspace.FAMILIES["conv"].call(params)), (1,))
+    assert specs.canonical_json(found) == specs.canonical_json(spec)
+
+
+def test_generator_8_samples_grouped_and_depthwise_convolutions_only():
+    convs = _conv_attrs(opspace.sample({"conv": 400}, seed=0, generator=8))
+    assert len(convs) == 400
+    depthwise = [a for a, _ in convs if a["groups"] == a["in_channels"]]
+    grouped = [a for a, _ in convs if 1 < a["groups"] < a["in_channels"]]
+    assert len(depthwise) + len(grouped) == len(convs)  # no dense one
+    assert 0.2 < len(depthwise) / len(convs) < 0.4
+    per_group = {a["in_channels"] // a["groups"] for a in grouped}
+    assert per_group == set(opspace.GROUP_WIDTHS)
+    for a, shape in convs:
+        assert a["out_channels"] in (a["in_channels"], 2 * a["in_channels"])
+        assert a["out_channels"] <= 2048
+        assert 16 <= a["in_channels"] <= 2048
+        assert a["in_channels"] % (a["in_channels"] // a["groups"]) == 0
+        assert 1 <= shape[2] <= 112
+        assert a["kernel_size"][0] <= shape[2] or a["kernel_size"][0] == 1
+        assert shape[0] & (shape[0] - 1) == 0
+    assert {a["kernel_size"][0] for a, _ in convs} == {1, 3, 5, 7}
+    # One round-trips through extraction's spec format, as a network's layer.
+    u = np.random.default_rng(8).random(opspace.FAMILIES["conv"].dims)
+    params, spec = opspace.fit("conv", opspace.FAMILIES["conv"].params(u, 8), 8)
     (found,) = extract_ops(_InANetwork(opspace.FAMILIES["conv"].call(params)), (1,))
     assert specs.canonical_json(found) == specs.canonical_json(spec)
 
@@ -710,7 +735,7 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     generator version a round names keeps it as measured."""
     study = load_study_file(REPO / "config/op-space.yaml")
     rounds = wf.op_space_round_counts(study)
-    assert len(rounds) == 13
+    assert len(rounds) == 15
     for r in range(2, len(rounds) + 1):
         params = wf.op_space_round_params(study, r)
         committed = pd.read_parquet(DATA / f"samples-r{r}.parquet")
@@ -725,8 +750,8 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     assert wf.op_space_round_params(study, 6)["generator"] == 3
     assert wf.op_space_round_params(study, 7)["generator"] == 4
     assert wf.op_space_round_params(study, 8)["generator"] == 5
-    generators = [wf.op_space_round_params(study, r)["generator"] for r in range(9, 14)]
-    assert generators == [6, 6, 5, 7, 7]
+    generators = [wf.op_space_round_params(study, r)["generator"] for r in range(9, 16)]
+    assert generators == [6, 6, 5, 7, 7, 8, 8]
     assert wf.op_space_sampling_params(study)["generator"] == 1
 
 

@@ -57,8 +57,11 @@ def test_training_step_is_forward_then_reversed_backward() -> None:
         {
             "host_time_s": [10.0, 4.0],
             "forward_host_time_s": [3.0, 1.0],
-            "gpu_time_s": [8.0, 2.0],
-            "forward_gpu_time_s": [2.0, 0.5],
+            # The stream is busy for the kernels' union: a's overlap (half their sum).
+            "gpu_time_s": [16.0, 2.0],
+            "forward_gpu_time_s": [4.0, 0.5],
+            "gpu_busy_time_s": [8.0, 2.0],
+            "forward_gpu_busy_time_s": [2.0, 0.5],
             "n_kernels": [3.0, 2.0],
             "forward_n_kernels": [1.0, 1.0],
         },
@@ -77,7 +80,9 @@ def test_replay_matches_a_hand_timeline(model: opmodel.OpModel, network: pd.Data
     result = replay_networks({"h100": model}, network, modes=["inference"])
     row = result.table.iloc[0]
     p = model.predict(network[["spec"]].assign(mode="inference"))
-    h, g, k = p["host_time_s"].to_numpy(), p["gpu_time_s"].to_numpy(), p["n_kernels"].to_numpy()
+    h, k = p["host_time_s"].to_numpy(), p["n_kernels"].to_numpy()
+    g = p["gpu_busy_time_s"].to_numpy()  # the stream's busy time, at most the kernels' sum
+    assert (g <= p["gpu_time_s"].to_numpy()).all()
     gap = model.kernel_gap_s
     # Calls conv (0), relu (1), conv (0): the GPU starts a call's kernels when the host has
     # issued it and the stream is free.

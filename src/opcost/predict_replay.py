@@ -1,14 +1,15 @@
 """Prediction by replay: a network's step from its ops' predicted host and GPU times.
 
 For every GPU configuration's op models (:mod:`opcost.model.opmodel`, learnt from the
-op-space study) and mode, each distinct op of an op table is predicted: GPU kernel time,
-kernels, host time (for one host, whose host-speed probe is ``host_probe_s``, on every
+op-space study) and mode, each distinct op of an op table is predicted: GPU kernel time
+and the time the GPU is busy with it (their union: less where kernels overlap), kernels,
+host time (for one host, whose host-speed probe is ``host_probe_s``, on every
 configuration) and busy power. The network's calls, in the order
 extraction recorded (``positions``; training: the forward calls, then their backward
 passes in reverse), are replayed on a host thread and a GPU stream (:mod:`opcost.replay`):
 
 * ``time_s``: the replayed step, ended by one synchronisation;
-* ``energy_j``: each call's busy power × its GPU time, plus the waiting power of the op
+* ``energy_j``: each call's busy power × its GPU busy time, plus the waiting power of the op
   models × the rest of the step; ``power_w`` = energy / time;
 * ``host_time_s`` and ``gpu_busy_s``: the host's work and the GPU stream's busy time per
   step; ``bound``: ``host`` or ``gpu``, whichever is busy longer, sets the pace. Where the
@@ -49,7 +50,9 @@ OUTSIDE_SIZES = "sizes outside the sampled ones: "
 #: Per op prediction columns the replay reads.
 _STEP_COLUMNS = {
     "host": ("host_time_s", "forward_host_time_s"),
-    "gpu": ("gpu_time_s", "forward_gpu_time_s"),
+    # The GPU stream is busy for the union of a call's kernels, less than their sum
+    # where they run on several streams at once.
+    "gpu": ("gpu_busy_time_s", "forward_gpu_busy_time_s"),
     "n": ("n_kernels", "forward_n_kernels"),
 }
 

@@ -18,11 +18,17 @@ data):
   time`` stays in (0, 1];
 * **kernels** per call (``log1p``), and in training the forward pass's share of the GPU
   time, host time and kernels (a replay issues the forward, then the backward);
+* the **busy share**: the time the device is busy with a call's kernels (the union of
+  their intervals, ``gpu_busy_time_s``) over their summed durations, ``log``, from the
+  samples that record it: below 1 where cuDNN runs a grouped convolution's kernels on
+  several streams at once. ``gpu_busy_time_s`` = GPU time × share (1 for a family
+  without such samples): what a replay's GPU stream is busy for;
 * **host time** per call (``log``), relative to the host-speed probe of the chunk it was
   measured in, so that a prediction can be for another host
   (``host_time = ratio * probe``);
 * **busy power**: from the samples with a power window, the power while kernels run,
-  ``(P t - P_wait (t - g)) / g`` (:func:`opcost.validate.replay.busy_power_w`), one
+  ``(P t - P_wait (t - g)) / g`` with ``g`` the busy time where recorded, else the GPU
+  time (:func:`opcost.validate.replay.busy_power_w`), one
   model over all families (features: family, mode, log arithmetic intensity, predicted
   efficiency); ``P_wait`` is the median window power of samples busy less than 10 % of
   the time, else the idle power.
@@ -135,7 +141,8 @@ class OpModel:
     ) -> pd.DataFrame:
         """Per row of ``ops`` (columns ``spec``, ``mode``; the configuration's numerics are
         the model's): ``gpu_time_s``, ``forward_gpu_time_s``, ``n_kernels``,
-        ``forward_n_kernels``, ``host_time_s``, ``forward_host_time_s``, ``efficiency``,
+        ``forward_n_kernels``, ``gpu_busy_time_s``, ``forward_gpu_busy_time_s``,
+        ``host_time_s``, ``forward_host_time_s``, ``efficiency``,
         ``roofline_time_s``, ``busy_power_w``, ``family``; host times for a host whose
         probe is ``host_probe_s`` (default: the one measured with the training data). In
         training, host times are those of a call in a network (the leaf inputs'
@@ -151,7 +158,7 @@ class OpModel:
         roof = out["roofline_time_s"].to_numpy()
         targets = {
             t: np.full(len(rows), np.nan)
-            for t in ("time", "kernels", "host", "fwd_gpu", "fwd_host", "fwd_k")
+            for t in ("time", "kernels", "host", "fwd_gpu", "fwd_host", "fwd_k", "busy")
         }
         families = fam.to_numpy()
         for name in fam.unique():
@@ -196,6 +203,9 @@ class OpModel:
             out["host_time_s"] = np.where(
                 training, out["forward_host_time_s"] + kept, out["host_time_s"]
             )
+        busy = np.exp(np.minimum(np.nan_to_num(targets["busy"], nan=0.0), 0.0))
+        out["gpu_busy_time_s"] = out["gpu_time_s"] * busy
+        out["forward_gpu_busy_time_s"] = out["forward_gpu_time_s"] * busy
         out["busy_power_w"] = self._busy_power(out, rows)
         return out.drop(columns=["host_ratio", "fwd_gpu", "fwd_host", "fwd_k"])
 
@@ -348,7 +358,18 @@ def _targets(rows: pd.DataFrame, roof: np.ndarray, floor_s: float) -> dict[str, 
                 rows["forward_host_time_s"].to_numpy(), rows["host_time_s"].to_numpy()
             ),
             "fwd_k": share(rows["forward_n_kernels"].to_numpy(), rows["n_kernels"].to_numpy()),
+            "busy": np.log(np.clip(_busy_share(rows), None, 1.0)),
         }
+
+
+def _busy_share(rows: pd.DataFrame) -> np.ndarray:
+    """Each sample's busy time over its summed kernel time; NaN where not recorded."""
+    g = rows["gpu_time_s"].to_numpy(dtype=float)
+    if "gpu_busy_time_s" not in rows:
+        return np.full(len(rows), np.nan)
+    busy = pd.to_numeric(rows["gpu_busy_time_s"], errors="coerce").to_numpy(dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where((g > 0) & (busy > 0), busy / g, np.nan)
 
 
 def features(rows: pd.DataFrame, schema: FeatureSchema, roof: np.ndarray) -> pd.DataFrame:
@@ -546,14 +567,23 @@ def _measured_dates(table: pd.DataFrame) -> list[str]:
     return [str(days.min()), str(days.max())]
 
 
+def window_busy_power_w(rows: pd.DataFrame, wait_power_w: float) -> pd.Series:
+    """The power of each power window's kernels while they run, ``(P t - P_wait (t - g))
+    / g``: ``g`` the time they keep the GPU busy (their union where recorded, else their
+    summed durations; at most the window), ``t`` the window per call."""
+    share = np.nan_to_num(_busy_share(rows), nan=1.0)
+    t = rows["power_time_s"]
+    g = (rows["gpu_time_s"] * share).clip(upper=t)
+    return (rows["power_w"] * t - wait_power_w * (t - g)) / g
+
+
 def _fit_power(model: OpModel, rows: pd.DataFrame, make: Any) -> Any:
     if "power_w" not in rows:
         return None
     p = rows[rows["power_w"].notna() & rows["gpu_time_s"].ge(BUSY_SHARE * rows["power_time_s"])]
     if len(p) < 5:
         return None
-    t, g = p["power_time_s"], p["gpu_time_s"].clip(upper=p["power_time_s"])
-    busy = (p["power_w"] * t - model.wait_power_w * (t - g)) / g
+    busy = window_busy_power_w(p, model.wait_power_w)
     pred = model.predict(p[["spec", "mode", "op_type"]])
     x = _power_x(p["family"], p["mode"], _intensity(p), pred["efficiency"], _kernel_s(pred))
     x = x.reindex(columns=power_columns(model.power_families), fill_value=0.0)
