@@ -30,7 +30,8 @@ data):
   ``(P t - P_wait (t - g)) / g`` with ``g`` the busy time where recorded, else the GPU
   time (:func:`opcost.validate.replay.busy_power_w`), one
   model over all families (features: family, mode, log arithmetic intensity, predicted
-  efficiency); ``P_wait`` is the median window power of samples busy less than 10 % of
+  efficiency, time per kernel and the op's shape features, which tell how much of the
+  GPU its grid fills); ``P_wait`` is the median window power of samples busy less than 10 % of
   the time, else the idle power.
 
 Views (no kernels) take GPU time 0. A family the op space lacks for a configuration (a
@@ -213,7 +214,12 @@ class OpModel:
         if self.power_fit is None:
             return np.full(len(out), np.nan)
         x = _power_x(
-            out["family"], rows["mode"], _intensity(rows), out["efficiency"], _kernel_s(out)
+            out["family"],
+            rows["mode"],
+            _intensity(rows),
+            out["efficiency"],
+            _kernel_s(out),
+            rows["spec"],
         )
         x = x.reindex(columns=power_columns(self.power_families), fill_value=0.0)
         return self.power_fit.predict(x)
@@ -276,7 +282,7 @@ def _intensity(rows: pd.DataFrame) -> np.ndarray:
 
 
 def power_columns(families: tuple[str, ...]) -> list[str]:
-    return [f"family[{f}]" for f in families] + list(_POWER_FEATURES)
+    return [f"family[{f}]" for f in families] + list(_POWER_FEATURES) + list(rl.SHAPE_FEATURES)
 
 
 def _power_x(
@@ -285,6 +291,7 @@ def _power_x(
     intensity: np.ndarray,
     efficiency: pd.Series,
     kernel_s: pd.Series,
+    specs: pd.Series,
 ) -> pd.DataFrame:
     x = pd.get_dummies(family.to_numpy(), prefix="family", prefix_sep="[").astype(float)
     x.columns = [f"{c}]" for c in x.columns]
@@ -294,6 +301,11 @@ def _power_x(
     # A kernel of a few microseconds ends before the GPU's power rises as far as a long
     # one's.
     x["log_kernel_s"] = np.log(np.clip(kernel_s.to_numpy(dtype=float), 1e-7, None))
+    # How much of the GPU a kernel's grid fills: a convolution of one image in float32
+    # runs on few SMs and draws little more than idle power for as long as it runs.
+    shapes = np.array([rl.shape_features(s) for s in specs], dtype=float)
+    for i, name in enumerate(rl.SHAPE_FEATURES):
+        x[name] = shapes[:, i] if len(shapes) else np.empty(0)
     return x
 
 
@@ -585,7 +597,9 @@ def _fit_power(model: OpModel, rows: pd.DataFrame, make: Any) -> Any:
         return None
     busy = window_busy_power_w(p, model.wait_power_w)
     pred = model.predict(p[["spec", "mode", "op_type"]])
-    x = _power_x(p["family"], p["mode"], _intensity(p), pred["efficiency"], _kernel_s(pred))
+    x = _power_x(
+        p["family"], p["mode"], _intensity(p), pred["efficiency"], _kernel_s(pred), p["spec"]
+    )
     x = x.reindex(columns=power_columns(model.power_families), fill_value=0.0)
     return _ensemble(make().fit(x, busy.to_numpy()))
 
