@@ -550,6 +550,16 @@ def test_op_space_raw_measures_every_chunk_once_and_protects_it(repo, tmp_path):
     assert "Nothing to be done" in again.stdout + again.stderr
 
 
+def _assert_round_trips(generator, n):
+    """``n`` random convolutions of ``generator``, fitted to its bounds, round-trip through
+    extraction's spec format, as a network's layer."""
+    dims = opspace.FAMILIES["conv"].dims
+    for u in np.random.default_rng(generator).random((n, dims)):
+        params, spec = opspace.fit("conv", opspace.FAMILIES["conv"].params(u, generator), generator)
+        (found,) = extract_ops(_InANetwork(opspace.FAMILIES["conv"].call(params)), (1,))
+        assert specs.canonical_json(found) == specs.canonical_json(spec)
+
+
 def _conv_attrs(table):
     specs_ = [json.loads(s) for s in table["spec"]]
     return [(c["attrs"], c["inputs"][0]["shape"]) for c in specs_]
@@ -634,11 +644,7 @@ def test_generator_7_samples_dense_convolutions_at_large_batches_beyond_the_defa
         assert a["dilation"] == [1, 1]
         assert (shape[2] == 224) if a["in_channels"] == 3 else (7 <= shape[2] <= 112)
     assert {a["kernel_size"][0] for a, _ in convs} == {1, 3, 5, 7}
-    # One round-trips through extraction's spec format, as a network's layer.
-    u = np.random.default_rng(7).random(opspace.FAMILIES["conv"].dims)
-    params, spec = opspace.fit("conv", opspace.FAMILIES["conv"].params(u, 7), 7)
-    (found,) = extract_ops(_InANetwork(opspace.FAMILIES["conv"].call(params)), (1,))
-    assert specs.canonical_json(found) == specs.canonical_json(spec)
+    _assert_round_trips(generator=7, n=1)
 
 
 def test_generator_8_samples_grouped_and_depthwise_convolutions_only():
@@ -659,11 +665,7 @@ def test_generator_8_samples_grouped_and_depthwise_convolutions_only():
         assert a["kernel_size"][0] <= shape[2] or a["kernel_size"][0] == 1
         assert shape[0] & (shape[0] - 1) == 0
     assert {a["kernel_size"][0] for a, _ in convs} == {1, 3, 5, 7}
-    # One round-trips through extraction's spec format, as a network's layer.
-    u = np.random.default_rng(8).random(opspace.FAMILIES["conv"].dims)
-    params, spec = opspace.fit("conv", opspace.FAMILIES["conv"].params(u, 8), 8)
-    (found,) = extract_ops(_InANetwork(opspace.FAMILIES["conv"].call(params)), (1,))
-    assert specs.canonical_json(found) == specs.canonical_json(spec)
+    _assert_round_trips(generator=8, n=1)
 
 
 def test_generator_3_samples_grouped_convolutions_more_often_as_networks_build_them():
@@ -700,11 +702,7 @@ def test_generator_4_samples_dense_3x3_convolutions_on_every_map_of_7_to_64():
     assert 0.2 < np.mean(drawn >= 50) < 0.32
     same = [a["out_channels"] == a["in_channels"] for a, _ in convs]
     assert 0.4 < np.mean(same) < 0.65
-    # A few round-trip through extraction's spec format, as a network's layer.
-    for u in np.random.default_rng(4).random((5, opspace.FAMILIES["conv"].dims)):
-        params, spec = opspace.fit("conv", opspace.FAMILIES["conv"].params(u, 4))
-        (found,) = extract_ops(_InANetwork(opspace.FAMILIES["conv"].call(params)), (1,))
-        assert specs.canonical_json(found) == specs.canonical_json(spec)
+    _assert_round_trips(generator=4, n=5)
 
 
 def test_generator_5_draws_generator_4s_convolutions_with_powers_of_two():

@@ -134,6 +134,19 @@ def _nchw(p: dict[str, Any]) -> tuple[int, int, int, int]:
     return p["batch"], p["channels"], p["spatial"], p["spatial"]
 
 
+def _bias_and_layout(u: Sequence[float]) -> dict[str, bool]:
+    """A convolution's bias (three in ten) and channels-last input (one in four), from
+    coordinates 8 and 9 of its point, as every generator draws them."""
+    return {"bias": u[8] < 0.3, "channels_last": u[9] < 0.25}
+
+
+def _kernel_within_map(p: dict[str, Any]) -> None:
+    """A kernel (dilated) wider than its map becomes 3x3, or 1x1 on maps under 3, in
+    place: padding would be most of it."""
+    if p["spatial"] < p["kernel"] * p["dilation"]:
+        p["kernel"], p["dilation"] = (3 if p["spatial"] >= 3 else 1), 1
+
+
 def _conv(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
     """A convolution. Generator 1: maps 7-224, a grouped convolution's output width
     drawn apart from its input's. Generator 2 (:data:`GENERATORS`): maps 1-224 (the 1x1
@@ -183,11 +196,10 @@ def _conv(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
         "dilation": pick(u[5], [1, 2], [0.9, 0.1]),
         "groups": groups,
         "spatial": log_int(u[7], 7 if generator < 2 else 1, 224),
-        "bias": u[8] < 0.3,
-        "channels_last": u[9] < 0.25,
+        **_bias_and_layout(u),
     }
-    if generator >= 2 and p["spatial"] < p["kernel"] * p["dilation"]:
-        p["kernel"], p["dilation"] = (3 if p["spatial"] >= 3 else 1), 1
+    if generator >= 2:
+        _kernel_within_map(p)
     return p
 
 
@@ -225,8 +237,7 @@ def _dense_3x3(u: Sequence[float], *, powers_of_two: bool = False) -> dict[str, 
         "dilation": 1,
         "groups": 1,
         "spatial": min(hi, lo + int(u[7] * (hi - lo + 1))),
-        "bias": u[8] < 0.3,
-        "channels_last": u[9] < 0.25,
+        **_bias_and_layout(u),
     }
 
 
@@ -272,11 +283,9 @@ def _dense_aligned(u: Sequence[float]) -> dict[str, Any]:
         "dilation": 1,
         "groups": 1,
         "spatial": log_int(u[7], 1, 224),
-        "bias": u[8] < 0.3,
-        "channels_last": u[9] < 0.25,
+        **_bias_and_layout(u),
     }
-    if p["spatial"] < p["kernel"]:
-        p["kernel"] = 3 if p["spatial"] >= 3 else 1
+    _kernel_within_map(p)
     return p
 
 
@@ -299,8 +308,7 @@ def _dense_heavy(u: Sequence[float]) -> dict[str, Any]:
         "dilation": 1,
         "groups": 1,
         "spatial": 224 if cin == 3 else log_int(u[7], 7, 112),
-        "bias": u[8] < 0.3,
-        "channels_last": u[9] < 0.25,
+        **_bias_and_layout(u),
     }
 
 
@@ -336,11 +344,9 @@ def _grouped(u: Sequence[float]) -> dict[str, Any]:
         "dilation": 1,
         "groups": groups,
         "spatial": log_int(u[7], 1, 112),
-        "bias": u[8] < 0.3,
-        "channels_last": u[9] < 0.25,
+        **_bias_and_layout(u),
     }
-    if p["spatial"] < p["kernel"]:
-        p["kernel"] = 3 if p["spatial"] >= 3 else 1
+    _kernel_within_map(p)
     return p
 
 

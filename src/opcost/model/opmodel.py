@@ -376,9 +376,9 @@ def _targets(rows: pd.DataFrame, roof: np.ndarray, floor_s: float) -> dict[str, 
 
 def _busy_share(rows: pd.DataFrame) -> np.ndarray:
     """Each sample's busy time over its summed kernel time; NaN where not recorded."""
-    g = rows["gpu_time_s"].to_numpy(dtype=float)
     if "gpu_busy_time_s" not in rows:
         return np.full(len(rows), np.nan)
+    g = rows["gpu_time_s"].to_numpy(dtype=float)
     busy = pd.to_numeric(rows["gpu_busy_time_s"], errors="coerce").to_numpy(dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where((g > 0) & (busy > 0), busy / g, np.nan)
