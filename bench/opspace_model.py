@@ -9,6 +9,8 @@ from its TF32-on twin):
 1. **held-out configurations**: 20 % of the sampled op ids (seed 0) are left out; per
    family and regressor, the median |error| and MAPE of GPU kernel time, and the
    thesis's baseline (the same regressor on the log of the GPU time, no roofline);
+   and the busy power of every power window, predicted by the models fitted without
+   its op id (5 folds of the op ids with a window; ``--no-power`` skips it);
 2. **network ops**: the isolated, traced ops of data/hopper and data/hopper-large
    (``gpu_time_s``), predicted by the model (the first of ``--regressors``) fitted on
    all samples;
@@ -117,6 +119,23 @@ def held_out(gpu: str, regressors: list[str], pool: bool = True) -> pd.DataFrame
                 )  # fmt: skip
             )
     return pd.concat(out, ignore_index=True)
+
+
+def held_out_power(gpu: str, regressor: str, folds: int = 5, pool: bool = True) -> pd.DataFrame:
+    """Busy power of every power window, predicted by the models fitted without its op id:
+    the op ids with a window in ``folds`` random folds (seed 0), one fit per fold
+    (opcost.model.opmodel.busy_power_errors)."""
+    table, (twin, peers) = load(gpu), sources(gpu, pool)
+    windowed = opmodel.power_windows(opmodel.training_rows(table))["op_id"].unique()
+    order = np.random.default_rng(0).permutation(windowed)
+    out = []
+    for k in range(folds):
+        hold = set(order[k::folds])
+        rest = lambda t, h=hold: None if t is None else t[~t["op_id"].isin(h)]  # noqa: E731
+        model = opmodel.fit(rest(table), gpu, maker(regressor), twin=rest(twin), peers=rest(peers))
+        test = opmodel.training_rows(table[table["op_id"].isin(hold)])
+        out.append(opmodel.busy_power_errors(model, test))
+    return pd.concat(out, ignore_index=True).assign(gpu=gpu)
 
 
 def baseline(train: pd.DataFrame, test: pd.DataFrame, make) -> np.ndarray:
@@ -258,6 +277,8 @@ def main() -> None:
         "--no-pool", action="store_true",
         help="each configuration's models from its own samples only (pool_gpus false)",
     )  # fmt: skip
+    parser.add_argument("--no-power", action="store_true", help="skip the held-out busy power")
+    parser.add_argument("--power-folds", type=int, default=5)
     parser.add_argument("--out", type=Path, help="write ops.csv and networks.csv here")
     parser.add_argument("--figures", type=Path, help="draw the two figures (PNG) here")
     args = parser.parse_args()
@@ -276,6 +297,19 @@ def main() -> None:
         for name, g in h.groupby("model"):
             print(f"{name:45s} median |err| {100 * g['err'].abs().median():5.1f} %  "
                   f"MAPE {100 * g['err'].abs().mean():5.1f} %")  # fmt: skip
+        if not args.no_power:
+            w = held_out_power(gpu, regs[0], args.power_folds, not args.no_pool)
+            print(f"\n== {gpu}: held-out power windows ({args.power_folds}-fold by op id), "
+                  f"busy power, {regs[0]} ==")  # fmt: skip
+            print(
+                w.groupby(["family"])["err"]
+                .agg(n="size", median_abs=lambda e: e.abs().median(), mape=lambda e: e.abs().mean())
+                .round(3)
+                .to_string()
+            )
+            a = w["err"].abs()
+            print(f"busy power, all windows: n={len(w)}  median |err| {100 * a.median():5.1f} %  "
+                  f"MAPE {100 * a.mean():5.1f} %")  # fmt: skip
         twin, peers = sources(gpu, not args.no_pool)
         model = opmodel.fit(load(gpu), gpu, maker(regs[0]), twin=twin, peers=peers)
         ops, nets = networks(gpu, model)

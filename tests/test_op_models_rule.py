@@ -130,7 +130,8 @@ def test_measured_op_models_train_on_the_studys_chunks_and_the_tf32_twins(repo):
     # 400 (two) with TF32 off alone; on the H100 alone round 8's 200 (one) and round 11's
     # 300 (two) with TF32 off, round 9's 400 (two) with TF32 on, round 10's 400 (two) off,
     # round 12's 400 (two) on and round 13's 400 (two) off, round 14's 400 (two) on and
-    # round 15's 300 (two) off.
+    # round 15's 300 (two) off; on the H200 alone the power rounds 16 (120, one) and 17
+    # (60, one), with TF32 on and off.
     names = [
         *map(str, range(10)), *(f"r{r}-{c}" for r in (2, 3) for c in range(5)),
         "r4-0", "r5-0", "r5-1", "r6-0", "r6-1", "r6-2",
@@ -143,26 +144,30 @@ def test_measured_op_models_train_on_the_studys_chunks_and_the_tf32_twins(repo):
     h100_off += [raw.format("h100-notf32", c) for c in only_h100_off]
     h100_on = [c.format("h100") for c in chunks]
     h100_on += [raw.format("h100", f"r{r}-{c}") for r in (9, 12, 14) for c in (0, 1)]
+    power_rounds = [raw.format("{}", f"r{r}-0") for r in (16, 17)]
+    h200_on = [c.format("h200") for c in (*chunks, *power_rounds)]
+    h200_off = [c.format("h200-notf32") for c in (*off, *power_rounds)]
     # Pooled with the other GPU's configuration of its TF32 setting, the rounds only the
     # H100 measured included (op_space.model.pool_gpus, on by default); the families it
     # lacks from both TF32-on twins.
     assert wf.op_model_inputs(study, "h200-notf32") == {
-        "chunks": [c.format("h200-notf32") for c in off],
-        "twin": [*(c.format("h200") for c in chunks), *h100_on],
+        "chunks": h200_off,
+        "twin": [*h200_on, *h100_on],
         "peers": h100_off,
     }
-    assert wf.op_model_inputs(study, "h200") == {
-        "chunks": [c.format("h200") for c in chunks],
-        "twin": [],
-        "peers": h100_on,
+    assert wf.op_model_inputs(study, "h200") == {"chunks": h200_on, "twin": [], "peers": h100_on}
+    assert wf.op_model_inputs(study, "h100") == {"chunks": h100_on, "twin": [], "peers": h200_on}
+    assert wf.op_model_inputs(study, "h100-notf32") == {
+        "chunks": h100_off,
+        "twin": [*h100_on, *h200_on],
+        "peers": h200_off,
     }
-    assert wf.op_model_inputs(study, "h100-notf32")["chunks"] == h100_off
     config = yaml.safe_load((repo / "config" / "op-space.yaml").read_text())
     config["op_space"]["model"] = {"pool_gpus": False}
     alone = load_study(config)
     assert wf.op_model_inputs(alone, "h200-notf32") == {
-        "chunks": [c.format("h200-notf32") for c in off],
-        "twin": [c.format("h200") for c in chunks],
+        "chunks": h200_off,
+        "twin": h200_on,
         "peers": [],
     }
 

@@ -269,6 +269,16 @@ def test_the_op_space_config_records_each_rounds_allocation(repo):
             "samples": {"conv": 300}, "power_samples": 2, "generator": 8,
             "gpus": ["h100-notf32"],
         },
+        # Rounds 16 and 17 (power): every configuration windowed, dense (generator 6) and
+        # grouped (generator 8) convolutions, on the H200.
+        {
+            "samples": {"conv": 120}, "power_samples": 120, "generator": 6,
+            "gpus": ["h200", "h200-notf32"],
+        },
+        {
+            "samples": {"conv": 60}, "power_samples": 60, "generator": 8,
+            "gpus": ["h200", "h200-notf32"],
+        },
     ]  # fmt: skip
     study = load_study_file(repo / "config/op-space.yaml")
     samples = study.config["op_space"]["samples"]

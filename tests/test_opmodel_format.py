@@ -106,6 +106,17 @@ def test_held_out_errors_and_twin(table: pd.DataFrame) -> None:
     assert errors["all"]["n"] == len(expected)
     assert sum(f["n"] for f in errors["families"].values()) == len(expected)
     assert all(f["gpu_time_median_abs_error_pct"] >= 0 for f in errors["families"].values())
+    # The held-out power windows whose kernels keep the GPU busy at least half the window,
+    # each scored once.
+    windows = expected[
+        expected["power_w"].notna() & (expected["gpu_time_s"] >= 0.5 * expected["power_time_s"])
+    ]
+    power = errors["busy_power"]
+    assert power["all"]["n"] == len(windows) >= 5
+    assert {f: s["n"] for f, s in power["families"].items()} == (
+        windows.groupby("family").size().to_dict()
+    )
+    assert power["all"]["median_abs_error_pct"] > 0
     off = table.assign(tf32=False)
     assert opmodel.twin_of({"h100": table, "h100-notf32": off}, "h100-notf32") == "h100"
     assert opmodel.twin_of({"h100": table, "h100-notf32": off}, "h100") is None

@@ -88,6 +88,14 @@ def run_train_op_models(
             f"  {family:12s} n={s['n']:5d}  gpu {s['gpu_time_median_abs_error_pct']:6.1f} %  "
             f"host {s['host_time_median_abs_error_pct']:6.1f} %"
         )
+    power = metrics.get("busy_power")
+    if power:
+        lines.append("held out: busy power of the power windows, median |error| / MAPE")
+        for family, s in {**power["families"], "all": power["all"]}.items():
+            lines.append(
+                f"  {family:12s} n={s['n']:5d}  {s['median_abs_error_pct']:6.1f} %  "
+                f"{s['mape_pct']:6.1f} %"
+            )
     write_atomic(log, "\n".join(lines) + "\n")
     return metrics
 

@@ -222,7 +222,7 @@ class OpModel:
             rows["spec"],
         )
         x = x.reindex(columns=power_columns(self.power_families), fill_value=0.0)
-        return self.power_fit.predict(x)
+        return np.exp(self.power_fit.predict(x))
 
 
 def _leaf_inputs(spec: str) -> int:
@@ -589,10 +589,34 @@ def window_busy_power_w(rows: pd.DataFrame, wait_power_w: float) -> pd.Series:
     return (rows["power_w"] * t - wait_power_w * (t - g)) / g
 
 
-def _fit_power(model: OpModel, rows: pd.DataFrame, make: Any) -> Any:
+def power_windows(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows whose power window the busy-power model learns from: a window whose
+    kernels keep the GPU busy at least :data:`BUSY_SHARE` of it."""
     if "power_w" not in rows:
-        return None
-    p = rows[rows["power_w"].notna() & rows["gpu_time_s"].ge(BUSY_SHARE * rows["power_time_s"])]
+        return rows.iloc[:0]
+    return rows[rows["power_w"].notna() & rows["gpu_time_s"].ge(BUSY_SHARE * rows["power_time_s"])]
+
+
+def busy_power_errors(model: OpModel, rows: pd.DataFrame) -> pd.DataFrame:
+    """Per power window of ``rows`` (:func:`power_windows`): its ``family``, the busy
+    power measured (:func:`window_busy_power_w`, with the model's ``P_wait``) and the
+    busy power ``model`` predicts for its configuration, and the relative error."""
+    p = power_windows(rows)
+    measured = window_busy_power_w(p, model.wait_power_w).to_numpy(dtype=float)
+    predicted = model.predict(p[["spec", "mode", "op_type"]])["busy_power_w"].to_numpy()
+    return pd.DataFrame(
+        {
+            "family": p["family"].to_numpy(),
+            "mode": p["mode"].to_numpy(),
+            "measured_w": measured,
+            "predicted_w": predicted,
+            "err": predicted / measured - 1.0,
+        }
+    )
+
+
+def _fit_power(model: OpModel, rows: pd.DataFrame, make: Any) -> Any:
+    p = power_windows(rows)
     if len(p) < 5:
         return None
     busy = window_busy_power_w(p, model.wait_power_w)
@@ -601,7 +625,9 @@ def _fit_power(model: OpModel, rows: pd.DataFrame, make: Any) -> Any:
         p["family"], p["mode"], _intensity(p), pred["efficiency"], _kernel_s(pred), p["spec"]
     )
     x = x.reindex(columns=power_columns(model.power_families), fill_value=0.0)
-    return _ensemble(make().fit(x, busy.to_numpy()))
+    # Learnt as its log: trees average relative deviations alike, from near-idle power to
+    # the limit, and their mean is not pulled up by the highest windows.
+    return _ensemble(make().fit(x, np.log(np.clip(busy.to_numpy(), 1.0, None))))
 
 
 # -- training from the measured chunks ------------------------------------------------------
@@ -665,7 +691,9 @@ def held_out_errors(
     (random, ``seed``) left out, the models fitted on the rest (of ``twin`` and ``peers``
     too: a configuration a peer measured is held out there as well). Per family and overall:
     ``n`` held-out rows with kernels, the median |error| and MAPE (%) of the GPU time per
-    call, and the median |error| of the host time per call."""
+    call, and the median |error| of the host time per call; under ``busy_power``, the
+    median |error| and MAPE (%) of the busy power of the held-out power windows
+    (:func:`busy_power_errors`), per family and overall."""
     ids = np.asarray(sorted(table["op_id"].astype(str).unique()))
     hold = set(np.random.default_rng(seed).choice(ids, int(len(ids) * fraction), replace=False))
     held = table["op_id"].astype(str).isin(hold)
@@ -692,9 +720,25 @@ def held_out_errors(
         }
 
     family = test["family"].to_numpy()
-    return {
+    out = {
         "held_out_fraction": fraction,
         "seed": seed,
         "all": scores(np.ones(len(test), dtype=bool)),
         "families": {str(f): scores(family == f) for f in sorted(set(family))},
     }
+    power = busy_power_errors(model, test) if model.power_fit is not None else None
+    if power is not None and len(power):
+
+        def power_scores(e: pd.Series) -> dict[str, float]:
+            a = e.abs()
+            return {
+                "n": int(len(e)),
+                "median_abs_error_pct": float(100 * a.median()),
+                "mape_pct": float(100 * a.mean()),
+            }
+
+        out["busy_power"] = {
+            "all": power_scores(power["err"]),
+            "families": {str(f): power_scores(g["err"]) for f, g in power.groupby("family")},
+        }
+    return out

@@ -42,8 +42,9 @@ MANIFEST_FILE = "manifest.json"
 #: Files a manifest may list; the first two it must.
 FILES = (MODEL_FILE, TREES_FILE, METRICS_FILE)
 FORMAT = "opcost op model"
-#: 2: GPU time learnt over a base time with the shortest kernel (``kernel_floor_s``).
-FORMAT_VERSION = 2
+#: 2: GPU time learnt over a base time with the shortest kernel (``kernel_floor_s``);
+#: 3: busy power learnt as its log.
+FORMAT_VERSION = 3
 #: The member prefix of the busy-power ensemble in ``trees.npz``.
 POWER = "power"
 RETRAIN = "retrain it (snakemake -f results/op-models/<gpu>/manifest.json)"
