@@ -47,7 +47,7 @@ import pandas as pd
 
 from opcost import replay as rp
 from opcost.config import schema_defaults
-from opcost.model import opmodel
+from opcost.model import op_tables, opmodel
 from opcost.predict_replay import replay_networks
 from opcost.train import TrainConfig, make_regressor
 from opcost.validate.predictions import choice_scores, configuration_choice
@@ -96,7 +96,7 @@ def held_out(gpu: str, regressors: list[str], pool: bool = True) -> pd.DataFrame
     table, (twin, peers) = load(gpu), sources(gpu, pool)
     ids = table["op_id"].unique()
     hold = set(np.random.default_rng(0).choice(ids, len(ids) // 5, replace=False))
-    test = opmodel.training_rows(table[table["op_id"].isin(hold)])
+    test = op_tables.training_rows(table[table["op_id"].isin(hold)])
     test = test[test["gpu_time_s"] > 0]
     rest = lambda t: None if t is None else t[~t["op_id"].isin(hold)]  # noqa: E731
     out = []
@@ -126,21 +126,21 @@ def held_out_power(gpu: str, regressor: str, folds: int = 5, pool: bool = True) 
     the op ids with a window in ``folds`` random folds (seed 0), one fit per fold
     (opcost.model.opmodel.busy_power_errors)."""
     table, (twin, peers) = load(gpu), sources(gpu, pool)
-    windowed = opmodel.power_windows(opmodel.training_rows(table))["op_id"].unique()
+    windowed = opmodel.power_windows(op_tables.training_rows(table))["op_id"].unique()
     order = np.random.default_rng(0).permutation(windowed)
     out = []
     for k in range(folds):
         hold = set(order[k::folds])
         rest = lambda t, h=hold: None if t is None else t[~t["op_id"].isin(h)]  # noqa: E731
         model = opmodel.fit(rest(table), gpu, maker(regressor), twin=rest(twin), peers=rest(peers))
-        test = opmodel.training_rows(table[table["op_id"].isin(hold)])
+        test = op_tables.training_rows(table[table["op_id"].isin(hold)])
         out.append(opmodel.busy_power_errors(model, test))
     return pd.concat(out, ignore_index=True).assign(gpu=gpu)
 
 
 def baseline(train: pd.DataFrame, test: pd.DataFrame, make) -> np.ndarray:
     """The thesis's method on the same samples: per family, log GPU time, no roofline."""
-    train = opmodel.training_rows(train)
+    train = op_tables.training_rows(train)
     train = train[train["gpu_time_s"] > 0]
     pred = np.full(len(test), np.nan)
     for fam, part in train.groupby("family"):

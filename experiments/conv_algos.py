@@ -48,13 +48,13 @@ def score(path: Path) -> None:
     import numpy as np
     from sklearn.ensemble import ExtraTreesClassifier, ExtraTreesRegressor
 
-    from opcost.model import opmodel
+    from opcost.model import op_tables, opmodel
     from opcost.model import roofline as rl
     from opcost.model.features import build_schema
 
     fft = is_fft(pd.read_csv(path))
     files = sorted((REPO / "data/op-space/h100-notf32").glob("*.parquet"))
-    table = opmodel.training_rows(pd.concat([pd.read_parquet(f) for f in files]))
+    table = op_tables.training_rows(pd.concat([pd.read_parquet(f) for f in files]))
     rows = table[table["op_id"].isin(set(fft.index))].reset_index(drop=True)
     peaks = rl.Peaks(
         float(table["peak_matmul_flops_per_s"].median()),

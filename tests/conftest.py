@@ -142,7 +142,7 @@ def op_models(tmp_path_factory) -> Path:
     """Small op models of two configurations (h100 and a copy on a slower stream)."""
     import glob
 
-    from opcost.model import opmodel
+    from opcost.model import op_tables, opmodel
     from opcost.model.opmodel_format import save_op_model
     from opcost.train import TrainConfig, make_regressor
 
@@ -151,7 +151,7 @@ def op_models(tmp_path_factory) -> Path:
             str(Path(__file__).resolve().parents[1] / "data" / "op-space" / "h100" / "*.parquet")
         )
     )
-    table = opmodel.read_chunks(files)
+    table = op_tables.read_chunks(files)
     table = table.groupby("family", group_keys=False).head(30).reset_index(drop=True)
     cfg = TrainConfig(regressor="extra_trees", n_estimators=4)
     model = opmodel.fit(table, "h100", lambda: make_regressor(cfg, n_jobs=1))

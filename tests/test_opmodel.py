@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from opcost.config import schema_defaults
-from opcost.model import opmodel
+from opcost.model import op_tables, opmodel
 from opcost.model import roofline as rl
 from opcost.train import TrainConfig, make_regressor
 from opcost.validate.replay import busy_power_w, waiting_power_w
@@ -76,7 +76,7 @@ def test_gpu_time_and_power_get_the_configured_trees_the_other_targets_a_quarter
 
 
 def test_ceilings_bound_every_sample(h100: pd.DataFrame, model: opmodel.OpModel) -> None:
-    rows = opmodel.training_rows(h100)
+    rows = op_tables.training_rows(h100)
     rows = rows[(rows["gpu_time_s"] > 0) & rows["family"].ne("view")]
     roof = rl.roofline_times_s(list(rows["spec"]), list(rows["mode"]), model.ceilings)
     # No sample beats its roofline time against the ceilings: efficiency <= 1.
@@ -109,7 +109,7 @@ def test_prediction_is_roofline_over_efficiency(h100: pd.DataFrame, model) -> No
 
 
 def test_kernel_floor_is_the_samples_shortest_kernel(h100: pd.DataFrame, model) -> None:
-    rows = opmodel.training_rows(h100)
+    rows = op_tables.training_rows(h100)
     rows = rows[(rows["gpu_time_s"] > 0) & (rows["n_kernels"] > 0)]
     per_kernel = np.sort((rows["gpu_time_s"] / rows["n_kernels"]).to_numpy())
     # The 1st percentile, by hand: numpy's linear interpolation between order statistics.
@@ -342,7 +342,7 @@ def test_a_family_knows_its_sampled_sizes_and_names_an_op_beyond_them(model, h10
     conv = model.families["conv"]
     # The ranges are the samples' own: the implicit GEMM's m (output pixels x batch) of
     # the family's training rows, by hand from their specs.
-    rows = opmodel.training_rows(h100)
+    rows = op_tables.training_rows(h100)
     ms = [rl.shape_features(s)[rl.SHAPE_FEATURES.index("log_gemm_m")] for s in
           rows.loc[rows["family"] == "conv", "spec"]]  # fmt: skip
     assert conv.ranges["log_gemm_m"] == pytest.approx((min(ms), max(ms)))
@@ -373,19 +373,19 @@ def _tables() -> dict[str, pd.DataFrame]:
 
 def test_a_configurations_peers_run_its_numerics_on_another_gpu() -> None:
     tables = _tables()
-    assert opmodel.peers_of(tables, "h100") == ["h200"]
-    assert opmodel.peers_of(tables, "h200-notf32") == ["h100-notf32"]
+    assert op_tables.peers_of(tables, "h100") == ["h200"]
+    assert op_tables.peers_of(tables, "h200-notf32") == ["h100-notf32"]
     # Another configuration of the same GPU is no peer (it is a twin, or the same).
     same_gpu = {**tables, "h100-again": tables["h100"]}
-    assert opmodel.peers_of(same_gpu, "h100") == ["h200"]
+    assert op_tables.peers_of(same_gpu, "h100") == ["h200"]
 
 
 def test_pooled_rows_keep_a_configurations_own_measurement_and_add_what_only_a_peer_measured():
     own = _load("h200-notf32")
     peer = _load("h100-notf32")
     twin = pd.concat([_load("h200"), _load("h100")], ignore_index=True)
-    mine, pooled = opmodel.pooled_rows(own, twin, peer)
-    only_peer = keys(opmodel.training_rows(peer)) - keys(opmodel.training_rows(own))
+    mine, pooled = op_tables.pooled_rows(own, twin, peer)
+    only_peer = keys(op_tables.training_rows(peer)) - keys(op_tables.training_rows(own))
     # Rounds 8, 10, 11, 13 and 15 were measured on the H100 alone (data/op-space/README.md).
     h100_only = pd.concat(
         [pd.read_parquet(DATA / f"samples-r{r}.parquet") for r in (8, 10, 11, 13, 15)]
@@ -400,11 +400,11 @@ def test_pooled_rows_keep_a_configurations_own_measurement_and_add_what_only_a_p
     assert set(lacking["gpu_name"]) == {own["gpu_name"].iloc[0]}
     assert lacking["tf32"].eq(False).all()
     # Every peer's row stays, to set its GPU's ceilings and kernel floor.
-    assert pooled["_measured"].sum() == len(opmodel.training_rows(own)) + len(
-        opmodel.training_rows(peer)
+    assert pooled["_measured"].sum() == len(op_tables.training_rows(own)) + len(
+        op_tables.training_rows(peer)
     )
     # Without peers nothing is pooled.
-    alone, pooled_alone = opmodel.pooled_rows(own, _load("h200"), None)
+    alone, pooled_alone = op_tables.pooled_rows(own, _load("h200"), None)
     assert len(alone) == pooled_alone["_train"].sum() == len(mine)
 
 
@@ -419,7 +419,7 @@ def test_a_configuration_learns_the_samples_only_its_peer_measured() -> None:
     conv = h200["family"] == "conv"
     ids = np.array(sorted(h200.loc[conv, "op_id"].unique()))
     held = set(np.random.default_rng(0).choice(ids, len(ids) // 4, replace=False))
-    test = opmodel.training_rows(h200[h200["op_id"].isin(held)])
+    test = op_tables.training_rows(h200[h200["op_id"].isin(held)])
     test = test[test["gpu_time_s"] > 0]
     rest = h200[~h200["op_id"].isin(held)]
 
@@ -429,7 +429,7 @@ def test_a_configuration_learns_the_samples_only_its_peer_measured() -> None:
 
     alone = error(opmodel.fit(rest, "h200", _make))
     pooled = opmodel.fit(rest, "h200", _make, peers=h100)
-    only_h100 = keys(opmodel.training_rows(h100)) - keys(opmodel.training_rows(rest))
+    only_h100 = keys(op_tables.training_rows(h100)) - keys(op_tables.training_rows(rest))
     assert keys(test) <= only_h100  # with round 9, which the H100 alone measured
     assert pooled.meta["pooled_samples"] == pooled.meta["samples"] + len(only_h100)
     assert error(pooled) < 0.7 * alone

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from opcost.model import PredictorError, opmodel
+from opcost.model import PredictorError, op_tables, opmodel
 from opcost.model.opmodel_format import (
     MANIFEST_FILE,
     METRICS_FILE,
@@ -118,10 +118,10 @@ def test_held_out_errors_and_twin(table: pd.DataFrame) -> None:
     )
     assert power["all"]["median_abs_error_pct"] > 0
     off = table.assign(tf32=False)
-    assert opmodel.twin_of({"h100": table, "h100-notf32": off}, "h100-notf32") == "h100"
-    assert opmodel.twin_of({"h100": table, "h100-notf32": off}, "h100") is None
+    assert op_tables.twin_of({"h100": table, "h100-notf32": off}, "h100-notf32") == "h100"
+    assert op_tables.twin_of({"h100": table, "h100-notf32": off}, "h100") is None
     other = table.assign(gpu_name="NVIDIA H200")
-    assert opmodel.twin_of({"h200": other, "h100-notf32": off}, "h100-notf32") is None
+    assert op_tables.twin_of({"h200": other, "h100-notf32": off}, "h100-notf32") is None
 
 
 def test_a_power_model_of_other_features_is_refused(saved, tmp_path: Path) -> None:

@@ -36,15 +36,15 @@ def run_train_op_models(
     score them on held-out sampled configurations, and save both
     (:func:`opcost.model.opmodel_format.save_op_model`, the chunk tables as sources).
     Writes a short summary to ``log``; returns the held-out errors."""
-    from opcost.model import opmodel
+    from opcost.model import op_tables, opmodel
     from opcost.model.opmodel_format import save_op_model
     from opcost.train import TrainConfig, make_regressor
 
     started = time.time()
-    table = opmodel.read_chunks(list(chunks))
-    twin_table = opmodel.read_chunks(list(twin)) if twin else None
-    peer_table = opmodel.read_chunks(list(peers)) if peers else None
-    usable = opmodel.training_rows(table) if "status" in table else table.iloc[:0]
+    table = op_tables.read_chunks(list(chunks))
+    twin_table = op_tables.read_chunks(list(twin)) if twin else None
+    peer_table = op_tables.read_chunks(list(peers)) if peers else None
+    usable = op_tables.training_rows(table) if "status" in table else table.iloc[:0]
     if usable.empty:
         raise OpModelDataError(
             f"op models of {gpu}: no usable sample (status ok) in its {len(chunks)} chunk "

@@ -434,9 +434,9 @@ def op_space_data_chunks(data: str | Path, gpu: str) -> list[str]:
 def op_space_data_inputs(data: str | Path, gpu: str, pool: bool = True) -> dict[str, list[str]]:
     """The chunk tables the op models of ``gpu`` are trained on from an op-space data
     directory: its own (``chunks``), its TF32-on twin's (``twin``,
-    :func:`opcost.model.opmodel.twin_of`; empty for none) and, with ``pool``
+    :func:`opcost.model.op_tables.twin_of`; empty for none) and, with ``pool``
     (``op_space.model.pool_gpus``), those of its peers on other GPUs (``peers``,
-    :func:`opcost.model.opmodel.peers_of`) and of its twin's peers (in ``twin``)."""
+    :func:`opcost.model.op_tables.peers_of`) and of its twin's peers (in ``twin``)."""
     stamp = tuple(Path(p).stat().st_mtime_ns for p in sorted(Path(data).glob("*/*.parquet")))
     twin, peers, twin_peers = _op_space_data_relatives(str(data), gpu, stamp)
     chunks = lambda names: [c for n in names for c in op_space_data_chunks(data, n)]  # noqa: E731
@@ -453,7 +453,7 @@ def _op_space_data_relatives(
 ) -> tuple[str | None, tuple[str, ...], tuple[str, ...]]:
     """``(twin, peers, the twin's peers)`` of ``gpu`` among the data's configurations."""
     from opcost.config import op_space_data_gpus
-    from opcost.model import opmodel
+    from opcost.model import op_tables
 
     columns = ["tf32", "gpu_name", "dtype"]
     tables = {
@@ -463,9 +463,9 @@ def _op_space_data_relatives(
         )
         for name in op_space_data_gpus(data)
     }
-    twin = opmodel.twin_of(tables, gpu)
-    twin_peers = tuple(opmodel.peers_of(tables, twin)) if twin else ()
-    return twin, tuple(opmodel.peers_of(tables, gpu)), twin_peers
+    twin = op_tables.twin_of(tables, gpu)
+    twin_peers = tuple(op_tables.peers_of(tables, twin)) if twin else ()
+    return twin, tuple(op_tables.peers_of(tables, gpu)), twin_peers
 
 
 def op_models_gpus(study: Study) -> list[str]:
@@ -499,7 +499,7 @@ def op_model_inputs(study: Study, gpu: str) -> dict[str, list[str]]:
     for a TF32-off configuration with a TF32-on twin the twin's (``twin``) and, with
     ``op_space.model.pool_gpus``, its peers' on other GPUs (``peers``, :func:`gpu_peers`)
     and its twin's peers' (in ``twin``). From ``op_space.data`` when it is set (the twin:
-    :func:`opcost.model.opmodel.twin_of` over the directory's configurations), else the
+    :func:`opcost.model.op_tables.twin_of` over the directory's configurations), else the
     study's measurements (``results/op-space/raw``; the twin: :func:`tf32_twin`)."""
     op_space = study.config["op_space"]
     pool = bool(op_space["model"]["pool_gpus"])

@@ -1,0 +1,111 @@
+"""The op-space tables a GPU configuration's op models learn from.
+
+A configuration's chunk tables (:func:`read_chunks`) hold its own samples; a TF32-off
+configuration measures only the families TF32 changes and takes the rest from its
+*twin* (:func:`twin_of`: the same GPU and dtype with TF32 on); with
+``op_space.model.pool_gpus`` it also learns from its *peers* (:func:`peers_of`: the other
+GPUs' configurations of the same numerics), the configurations only they measured
+(:func:`pooled_rows`). :func:`training_rows` keeps the usable samples of any of them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+
+def training_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """The usable samples (``status`` ok, finite times) with the model's targets."""
+    rows = table[table["status"] == "ok"].copy()
+    # An empty chunk's columns are untyped: concatenated, they leave objects behind.
+    rows = rows.infer_objects()
+    rows = rows[rows["host_time_s"].astype("float64").gt(0)]
+    rows["op_type"] = rows["op_type"].astype(str)
+    rows["dtype"] = rows["dtype"].astype(str)
+    rows["tf32"] = rows["tf32"].astype(bool)
+    for c in ("sm_clock_mhz", "mem_clock_mhz", "power_limit_w"):
+        rows[c] = np.nan
+    return rows.reset_index(drop=True)
+
+
+def read_chunks(paths: list[str]) -> pd.DataFrame:
+    """One configuration's op-space chunk tables, concatenated (empty chunks too)."""
+    from opcost.io import read_parquet
+
+    tables = [read_parquet(p) for p in paths]
+    return pd.concat([t for t in tables if len(t)] or tables[:1], ignore_index=True)
+
+
+def _recorded(table: pd.DataFrame) -> tuple[Any, Any, bool | None]:
+    """``(gpu_name, dtype, tf32)`` as a configuration's chunk table records them (its
+    first non-missing value of each; None where it records none)."""
+
+    def first(column: str) -> Any:
+        values = table[column].dropna()
+        return values.iloc[0] if len(values) else None
+
+    tf32 = first("tf32")
+    return first("gpu_name"), first("dtype"), None if tf32 is None else bool(tf32)
+
+
+def twin_of(tables: dict[str, pd.DataFrame], gpu: str) -> str | None:
+    """For a TF32-off configuration, the configuration among ``tables`` measured on the
+    same GPU model with the same dtype and TF32 on (the one whose rows fill the families
+    it does not measure); None for TF32 on or without one."""
+    gpu_name, dtype, tf32 = _recorded(tables[gpu])
+    if tf32 is None or tf32:
+        return None
+    for name, table in sorted(tables.items()):
+        if name != gpu and _recorded(table) == (gpu_name, dtype, True):
+            return name
+    return None
+
+
+def peers_of(tables: dict[str, pd.DataFrame], gpu: str) -> list[str]:
+    """The configurations among ``tables`` whose samples the op models of ``gpu`` pool
+    with its own (:func:`opcost.model.opmodel.fit`): measured on another GPU model with
+    the same dtype and TF32 setting. Their kernels are the same (on the H100 and the
+    H200, 99.5 % of the sampled convolutions ran as many kernels on both, in a median 4 %
+    less time on the H200), so a configuration either measured teaches both."""
+    gpu_name, *numerics = _recorded(tables[gpu])
+    recorded = {name: _recorded(table) for name, table in sorted(tables.items()) if name != gpu}
+    return [n for n, (g, *num) in recorded.items() if g != gpu_name and num == numerics]
+
+
+def pooled_rows(
+    table: pd.DataFrame, twin: pd.DataFrame | None, peers: pd.DataFrame | None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(own, pooled)`` rows. ``own``: the configuration's samples and, for the families
+    it does not measure, those its ``twin`` table ran on the same GPU (TF32 set as its
+    own). ``pooled``: its samples, its ``peers``' and, for the families none of them
+    measures, those of ``twin``'s GPUs, indexed 0..n-1, with columns ``_measured`` (its
+    or a peer's own measurement, not a twin's) and ``_train``: the rows learnt from, its
+    own samples and then those of a configuration and mode only a peer measured (its own
+    GPU's twin first). Every row of a GPU sets that GPU's ceilings and kernel floor."""
+    rows = training_rows(table)
+    tf32, name = rows["tf32"].iloc[0], rows["gpu_name"].iloc[0]
+    parts = [rows.assign(_measured=True, _train=True)]
+    if peers is not None and len(peers):
+        theirs = training_rows(peers)
+        keys = sample_keys(theirs)
+        fresh = ~keys.isin(set(sample_keys(rows))) & ~keys.duplicated()
+        parts.append(theirs.assign(_measured=True, _train=fresh.to_numpy()))
+    measured = pd.concat(parts, ignore_index=True)
+    own_lacking = lacking = measured.iloc[:0]
+    if twin is not None:
+        lacking = training_rows(twin).assign(tf32=tf32, _measured=False)
+        lacking = lacking.sort_values("gpu_name", key=lambda g: g != name, kind="stable")
+        own_lacking = lacking[~lacking["family"].isin(set(rows["family"]))]
+        own_lacking = own_lacking[own_lacking["gpu_name"] == name]
+        lacking = lacking[~lacking["family"].isin(set(measured["family"]))]
+        mine, keys = lacking["gpu_name"] == name, sample_keys(lacking)
+        lacking = lacking.assign(_train=mine | (~keys.isin(set(keys[mine])) & ~keys.duplicated()))
+    own = pd.concat([rows, own_lacking.drop(columns="_measured")], ignore_index=True)
+    return own, pd.concat([measured, lacking], ignore_index=True)
+
+
+def sample_keys(rows: pd.DataFrame) -> pd.Series:
+    """A sample's configuration and mode, as one key per row."""
+    return rows["op_id"].astype(str) + "/" + rows["mode"].astype(str)
