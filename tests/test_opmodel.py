@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from opcost.config import schema_defaults
-from opcost.model import op_tables, opmodel
+from opcost.model import op_tables, opmodel, shapes
 from opcost.model import roofline as rl
 from opcost.train import TrainConfig, make_regressor
 from opcost.validate.replay import busy_power_w, waiting_power_w
@@ -285,7 +285,7 @@ def test_busy_power_knows_how_much_of_the_gpu_a_convolution_fills() -> None:
     median (models as shipped); without the shape it predicted about 400 W (twice), as
     for a full GPU."""
     model = opmodel.fit(_load("h100-notf32"), "h100-notf32", _make_shipped)
-    assert set(rl.SHAPE_FEATURES) <= set(opmodel.power_columns(model.power_families))
+    assert set(shapes.SHAPE_FEATURES) <= set(opmodel.power_columns(model.power_families))
     repo = DATA.parents[1]
     ops = pd.read_parquet(repo / "data/hopper/ops/alexnet_1x3x224x224.parquet")
     d = pd.read_parquet(repo / "data/hopper/h100-notf32/dataset/h100-notf32.parquet")
@@ -343,7 +343,7 @@ def test_a_family_knows_its_sampled_sizes_and_names_an_op_beyond_them(model, h10
     # The ranges are the samples' own: the implicit GEMM's m (output pixels x batch) of
     # the family's training rows, by hand from their specs.
     rows = op_tables.training_rows(h100)
-    ms = [rl.shape_features(s)[rl.SHAPE_FEATURES.index("log_gemm_m")] for s in
+    ms = [shapes.shape_features(s)[shapes.SHAPE_FEATURES.index("log_gemm_m")] for s in
           rows.loc[rows["family"] == "conv", "spec"]]  # fmt: skip
     assert conv.ranges["log_gemm_m"] == pytest.approx((min(ms), max(ms)))
     lo_m = round(math.exp(conv.ranges["log_gemm_m"][0]))

@@ -549,7 +549,7 @@ def _module(kind: str, inputs: list[list[int]], outputs: list[list[int]], **attr
     ],
 )  # fmt: skip
 def test_shape_features_by_hand(spec: str, gemm: tuple, align: tuple) -> None:
-    from opcost.model.roofline import SHAPE_FEATURES, shape_features
+    from opcost.model.shapes import SHAPE_FEATURES, shape_features
 
     got = dict(zip(SHAPE_FEATURES, shape_features(spec), strict=True))
     *sizes, depthwise = gemm
@@ -565,13 +565,13 @@ def test_shape_features_by_hand(spec: str, gemm: tuple, align: tuple) -> None:
 
 @pytest.mark.parametrize(("size", "bits"), [(1, 0), (7, 0), (6, 1), (96, 5), (64, 6), (4096, 6)])
 def test_alignment_counts_the_powers_of_two_up_to_64(size: int, bits: int) -> None:
-    from opcost.model.roofline import alignment
+    from opcost.model.shapes import alignment
 
     assert alignment(size) == bits
 
 
 def test_shape_features_of_other_ops_are_not_applicable() -> None:
-    from opcost.model.roofline import shape_features
+    from opcost.model.shapes import shape_features
 
     relu = _module("activation.ReLU", [[2, 8, 4, 4]], [[2, 8, 4, 4]], inplace=False)
     f = shape_features(relu)

@@ -52,6 +52,7 @@ import numpy as np
 import pandas as pd
 
 from opcost.model import roofline as rl
+from opcost.model import shapes
 from opcost.model.features import FeatureSchema, build_schema, encode_features
 from opcost.model.op_tables import pooled_rows, training_rows
 from opcost.model.trees import TreeEnsemble
@@ -102,7 +103,7 @@ class FamilyModel:
     def outside(self, spec: str) -> list[str]:
         """The size features of op ``spec`` that lie outside the sampled ranges, each as
         ``name value (sampled lo-hi)`` in sizes, not logs."""
-        values = dict(zip(rl.SHAPE_FEATURES, rl.shape_features(spec), strict=True))
+        values = dict(zip(shapes.SHAPE_FEATURES, shapes.shape_features(spec), strict=True))
         out = []
         for name, (lo, hi) in sorted(self.ranges.items()):
             v = values.get(name, -1.0)
@@ -283,7 +284,7 @@ def _intensity(rows: pd.DataFrame) -> np.ndarray:
 
 
 def power_columns(families: tuple[str, ...]) -> list[str]:
-    return [f"family[{f}]" for f in families] + list(_POWER_FEATURES) + list(rl.SHAPE_FEATURES)
+    return [f"family[{f}]" for f in families] + list(_POWER_FEATURES) + list(shapes.SHAPE_FEATURES)
 
 
 def _power_x(
@@ -304,9 +305,9 @@ def _power_x(
     x["log_kernel_s"] = np.log(np.clip(kernel_s.to_numpy(dtype=float), 1e-7, None))
     # How much of the GPU a kernel's grid fills: a convolution of one image in float32
     # runs on few SMs and draws little more than idle power for as long as it runs.
-    shapes = np.array([rl.shape_features(s) for s in specs], dtype=float)
-    for i, name in enumerate(rl.SHAPE_FEATURES):
-        x[name] = shapes[:, i] if len(shapes) else np.empty(0)
+    shape_rows = np.array([shapes.shape_features(s) for s in specs], dtype=float)
+    for i, name in enumerate(shapes.SHAPE_FEATURES):
+        x[name] = shape_rows[:, i] if len(shape_rows) else np.empty(0)
     return x
 
 
@@ -373,12 +374,12 @@ def _busy_share(rows: pd.DataFrame) -> np.ndarray:
 
 def features(rows: pd.DataFrame, schema: FeatureSchema, roof: np.ndarray) -> pd.DataFrame:
     """The family model's features: the pipeline's encoding (thesis section 4.2), the
-    op's shape features (:func:`opcost.model.roofline.shape_features`: the matrix product
+    op's shape features (:func:`opcost.model.shapes.shape_features`: the matrix product
     it amounts to) and the log of the roofline time (column :data:`LOG_ROOFLINE`)."""
     x = encode_features(rows, schema)
-    shapes = np.array([rl.shape_features(s) for s in rows["spec"]], dtype=float)
-    for i, name in enumerate(rl.SHAPE_FEATURES):
-        x[name] = shapes[:, i] if len(shapes) else np.empty(0)
+    shape_rows = np.array([shapes.shape_features(s) for s in rows["spec"]], dtype=float)
+    for i, name in enumerate(shapes.SHAPE_FEATURES):
+        x[name] = shape_rows[:, i] if len(shape_rows) else np.empty(0)
     x[LOG_ROOFLINE] = np.log(np.clip(np.asarray(roof, dtype=float), 1e-12, None))
     return x
 

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from opcost.io import write_json_atomic
-from opcost.model import PredictorError
+from opcost.model import PredictorError, shapes
 from opcost.model import roofline as rl
 from opcost.model.features import FeatureSchema, check_schema
 from opcost.model.format import _file_entry, _npz_arrays, read_listed, write_arrays
@@ -175,7 +175,7 @@ def load_op_model(directory: str | Path) -> OpModel:
         schema = FeatureSchema.from_dict(fam["schema"])
         # The encoding's version: another opcost's features are refused.
         check_schema(schema, schema.columns(), f"{path} ({name})")
-        columns = [*schema.columns(), *rl.SHAPE_FEATURES, LOG_ROOFLINE]
+        columns = [*schema.columns(), *shapes.SHAPE_FEATURES, LOG_ROOFLINE]
         fits = {}
         for target in fam["targets"]:
             where = f"{directory / TREES_FILE} ({name}/{target})"
