@@ -130,7 +130,7 @@ def test_measured_op_models_train_on_the_studys_chunks_and_the_tf32_twins(repo):
     # 400 (two) with TF32 off alone; on the H100 alone round 8's 200 (one) and round 11's
     # 300 (two) with TF32 off, round 9's 400 (two) with TF32 on, round 10's 400 (two) off,
     # round 12's 400 (two) on and round 13's 400 (two) off, round 14's 400 (two) on and
-    # round 15's 300 (two) off; on the H200 alone the power rounds 16 (120, one) and 17
+    # round 15's 300 (two) off; on both GPUs the power rounds 16 (120, one) and 17
     # (60, one), with TF32 on and off.
     names = [
         *map(str, range(10)), *(f"r{r}-{c}" for r in (2, 3) for c in range(5)),
@@ -145,6 +145,8 @@ def test_measured_op_models_train_on_the_studys_chunks_and_the_tf32_twins(repo):
     h100_on = [c.format("h100") for c in chunks]
     h100_on += [raw.format("h100", f"r{r}-{c}") for r in (9, 12, 14) for c in (0, 1)]
     power_rounds = [raw.format("{}", f"r{r}-0") for r in (16, 17)]
+    h100_on += [c.format("h100") for c in power_rounds]
+    h100_off += [c.format("h100-notf32") for c in power_rounds]
     h200_on = [c.format("h200") for c in (*chunks, *power_rounds)]
     h200_off = [c.format("h200-notf32") for c in (*off, *power_rounds)]
     # Pooled with the other GPU's configuration of its TF32 setting, the rounds only the

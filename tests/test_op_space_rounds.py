@@ -270,14 +270,14 @@ def test_the_op_space_config_records_each_rounds_allocation(repo):
             "gpus": ["h100-notf32"],
         },
         # Rounds 16 and 17 (power): every configuration windowed, dense (generator 6) and
-        # grouped (generator 8) convolutions, on the H200.
+        # grouped (generator 8) convolutions, on both GPUs.
         {
             "samples": {"conv": 120}, "power_samples": 120, "generator": 6,
-            "gpus": ["h200", "h200-notf32"],
+            "gpus": ["h100", "h100-notf32", "h200", "h200-notf32"],
         },
         {
             "samples": {"conv": 60}, "power_samples": 60, "generator": 8,
-            "gpus": ["h200", "h200-notf32"],
+            "gpus": ["h100", "h100-notf32", "h200", "h200-notf32"],
         },
     ]  # fmt: skip
     study = load_study_file(repo / "config/op-space.yaml")

@@ -29,6 +29,13 @@ def _load(gpu: str) -> pd.DataFrame:
     return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
 
 
+def _round_ids(*rounds: int) -> set[str]:
+    """The op ids that op-space rounds ``rounds`` sampled."""
+    return set(
+        pd.concat([pd.read_parquet(DATA / f"samples-r{r}.parquet") for r in rounds])["op_id"]
+    )
+
+
 def _make():
     return make_regressor(TrainConfig(regressor="extra_trees", n_estimators=10), n_jobs=1)
 
@@ -231,12 +238,14 @@ def test_graph_power_windows_teach_the_busy_power_of_microsecond_kernels() -> No
     # Round 4 windowed every configuration from a CUDA graph (data/op-space/README.md).
     # Half of its configurations held out: their measured busy power where kernels run
     # under 5 us each, against the model fitted on the rest, and on the rest less round 4
+    # and the convolutions' power rounds 16 and 17, also windowed from CUDA graphs
     # (windows of GPU-bound configurations only, whose kernels are long).
     table = _load("h100")
     round_4 = sorted(pd.read_parquet(DATA / "samples-r4.parquet")["op_id"])
+    graphed = {*round_4, *_round_ids(16, 17)}
     held = set(round_4[::2])
     with_graphs = opmodel.fit(table[~table["op_id"].isin(held)], "h100", _make)
-    without = opmodel.fit(table[~table["op_id"].isin(round_4)], "h100", _make)
+    without = opmodel.fit(table[~table["op_id"].isin(graphed)], "h100", _make)
     h = table[table["op_id"].isin(held) & table["power_w"].notna() & table["gpu_time_s"].gt(0)]
     h = h[h["gpu_time_s"] < 5e-6 * h["n_kernels"]]
     assert len(h) >= 40
@@ -387,11 +396,9 @@ def test_pooled_rows_keep_a_configurations_own_measurement_and_add_what_only_a_p
     mine, pooled = op_tables.pooled_rows(own, twin, peer)
     only_peer = keys(op_tables.training_rows(peer)) - keys(op_tables.training_rows(own))
     # Rounds 8, 10, 11, 13 and 15 were measured on the H100 alone (data/op-space/README.md).
-    h100_only = pd.concat(
-        [pd.read_parquet(DATA / f"samples-r{r}.parquet") for r in (8, 10, 11, 13, 15)]
-    )
-    # (the H200's power rounds 16 and 17 drew two of them again: those it measured itself)
-    assert {op for op, _ in only_peer} == set(h100_only["op_id"]) - set(own["op_id"])
+    h100_only = _round_ids(8, 10, 11, 13, 15)
+    # (the power rounds 16 and 17 drew two of them again: those the H200 measured itself)
+    assert {op for op, _ in only_peer} == h100_only - set(own["op_id"])
     learnt = pooled[pooled["_train"]]
     assert keys(learnt[learnt["gpu_name"] != own["gpu_name"].iloc[0]]) == only_peer
     assert len(learnt) == len(mine) + len(only_peer)  # no configuration twice
