@@ -15,7 +15,7 @@ import pytest
 import torch
 from conftest import as_ordinary_user
 
-from opcost import harness, opspace
+from opcost import harness, opspace, opspace_conv, opspace_draw
 from opcost import opspace_measure as om
 from opcost import spec as specs
 from opcost import workflow as wf
@@ -658,7 +658,7 @@ def test_generator_8_samples_grouped_and_depthwise_convolutions_only():
     assert len(depthwise) + len(grouped) == len(convs)  # no dense one
     assert 0.2 < len(depthwise) / len(convs) < 0.4
     per_group = {a["in_channels"] // a["groups"] for a in grouped}
-    assert per_group == set(opspace.GROUP_WIDTHS)
+    assert per_group == set(opspace_conv.GROUP_WIDTHS)
     for a, shape in convs:
         assert a["out_channels"] in (a["in_channels"], 2 * a["in_channels"])
         assert a["out_channels"] <= 2048
@@ -759,7 +759,7 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
 def test_sampled_widths_are_mostly_aligned_as_networks_use_them() -> None:
     """Widths follow the grains networks use (multiples of 8-64), within their ranges."""
     us = np.random.default_rng(1).random(4000)
-    widths = np.array([opspace.width(u, 8, 2048) for u in us])
+    widths = np.array([opspace_draw.width(u, 8, 2048) for u in us])
     assert widths.min() >= 8
     assert widths.max() <= 2048
     share8 = np.mean(widths % 8 == 0)

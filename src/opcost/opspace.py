@@ -37,8 +37,13 @@ import pandas as pd
 import torch
 from torch.overrides import resolve_name
 
+from opcost import opspace_conv
 from opcost import spec as specs
 from opcost.errors import OpcostError
+from opcost.opspace_draw import Call, log_int, pick, round_to, width
+from opcost.opspace_draw import function_call as _f
+from opcost.opspace_draw import meta_tensor as _t
+from opcost.opspace_draw import module_call as _m
 
 #: Upper bounds of one configuration (float32): forward FLOPs and its largest tensor.
 MAX_FORWARD_FLOPS = 2.0e11
@@ -51,7 +56,7 @@ HEAVY_BOUNDS = (1.0e12, 2**30)
 COLUMNS = ("op_id", "family", "type", "kind", "spec", "sample", "round", "generator")
 #: Versions of the map from the unit cube to configurations (``op_space.generator``): a
 #: round keeps the version it was measured with, so that its samples stay those measured.
-#: 2 to 8 changed convolutions only (:func:`_conv`).
+#: 2 to 8 changed convolutions only (:func:`opcost.opspace_conv.params`).
 GENERATORS = (1, 2, 3, 4, 5, 6, 7, 8)
 
 
@@ -59,305 +64,11 @@ class OpSpaceError(OpcostError, ValueError):
     """The op space cannot be sampled as asked (unknown family, bad counts)."""
 
 
-# -- mapping unit coordinates to parameters ----------------------------------------------
-
-
-def log_int(u: float, lo: int, hi: int) -> int:
-    """An integer log-uniform in ``[lo, hi]`` at quantile ``u``."""
-    return int(min(hi, max(lo, round(math.exp(math.log(lo) + u * math.log(hi / lo))))))
-
-
-#: Grains of sampled widths (channels, features, matrix sizes) and their weights: networks
-#: use widths that are multiples of 8 to 64 almost always, and cuDNN and cuBLAS pick
-#: faster kernels for them (on an H100, dense convolutions with both widths multiples of 16
-#: reached twice the roofline efficiency of unaligned ones), so most samples are aligned.
-WIDTH_GRAINS = (1, 8, 16, 32, 64)
-WIDTH_GRAIN_WEIGHTS = (0.15, 0.15, 0.2, 0.25, 0.25)
-
-
-def beyond(u: float) -> float:
-    """A second quantile from the digits of ``u`` beyond its first use: a choice drawn
-    alongside another from one coordinate, nearly independent of it."""
-    return (u * 977.0) % 1.0
-
-
-def width(u: float, lo: int, hi: int) -> int:
-    """A width log-uniform in ``[lo, hi]`` at quantile ``u``, rounded to a grain of
-    :data:`WIDTH_GRAINS` drawn from the digits of ``u`` beyond its quantile."""
-    grain = pick(beyond(u), WIDTH_GRAINS, WIDTH_GRAIN_WEIGHTS)
-    n = log_int(u, lo, hi)
-    if grain > 1 and hi >= grain:
-        n = min(_round_to(n, grain), hi // grain * grain)
-    return n
-
-
-def pick(u: float, options: Sequence[Any], weights: Sequence[float] | None = None) -> Any:
-    """The option at quantile ``u`` of the (weighted) options."""
-    w = np.asarray(weights if weights is not None else [1.0] * len(options), dtype=float)
-    edges = np.cumsum(w / w.sum())
-    return options[min(int(np.searchsorted(edges, u, side="right")), len(options) - 1)]
-
-
-def _round_to(value: int, multiple: int) -> int:
-    return max(multiple, int(round(value / multiple)) * multiple)
-
-
 # -- building one configuration ------------------------------------------------------------
-
-
-@dataclass
-class Call:
-    """One configuration ready to record: a module or function, and how it is called."""
-
-    fn: Callable[..., Any]
-    args: tuple
-    kwargs: dict[str, Any]
-    module: torch.nn.Module | None = None
-
-
-def _t(*shape: int, channels_last: bool = False) -> torch.Tensor:
-    x = torch.empty(shape, device="meta")
-    if channels_last and len(shape) == 4:
-        x = x.contiguous(memory_format=torch.channels_last)
-    return x
-
-
-def _m(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Call:
-    return Call(module, args, kwargs, module.eval())
-
-
-def _f(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Call:
-    return Call(fn, args, kwargs)
 
 
 def _nchw(p: dict[str, Any]) -> tuple[int, int, int, int]:
     return p["batch"], p["channels"], p["spatial"], p["spatial"]
-
-
-def _bias_and_layout(u: Sequence[float]) -> dict[str, bool]:
-    """A convolution's bias (three in ten) and channels-last input (one in four), from
-    coordinates 8 and 9 of its point, as every generator draws them."""
-    return {"bias": u[8] < 0.3, "channels_last": u[9] < 0.25}
-
-
-def _kernel_within_map(p: dict[str, Any]) -> None:
-    """A kernel (dilated) wider than its map becomes 3x3, or 1x1 on maps under 3, in
-    place: padding would be most of it."""
-    if p["spatial"] < p["kernel"] * p["dilation"]:
-        p["kernel"], p["dilation"] = (3 if p["spatial"] >= 3 else 1), 1
-
-
-def _conv(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
-    """A convolution. Generator 1: maps 7-224, a grouped convolution's output width
-    drawn apart from its input's. Generator 2 (:data:`GENERATORS`): maps 1-224 (the 1x1
-    maps of squeeze-and-excitation blocks, the few-pixel maps of a small input's last
-    stage), a kernel no wider than its map, and a grouped convolution that keeps its
-    width per group as a depthwise one does (ResNeXt, RegNet: ``cout`` = ``cin`` or twice).
-    Generator 3: as 2, with grouped convolutions 40 % of the samples instead of 15 % and
-    widths per group of 24 and 48 too (RegNet's), dense ones 40 % and depthwise 20 %.
-    Generator 4 (:func:`_dense_3x3`): dense 3x3 stride-1 convolutions only, on maps of
-    7-64; generator 5: the same with widths and batches powers of two. Generator 6
-    (:func:`_dense_aligned`): dense convolutions of every kernel and stride with aligned
-    widths and batches powers of two. Generator 7 (:func:`_dense_heavy`): the same at
-    batch 16-256 on maps of 7-112, bounded by :data:`HEAVY_BOUNDS`. Generator 8
-    (:func:`_grouped`): grouped and depthwise convolutions only."""
-    if generator in (4, 5):
-        return _dense_3x3(u, powers_of_two=generator == 5)
-    if generator == 6:
-        return _dense_aligned(u)
-    if generator == 7:
-        return _dense_heavy(u)
-    if generator == 8:
-        return _grouped(u)
-    # One in ten is a network's first layer, on RGB images.
-    cin = 3 if u[1] < 0.1 else width((u[1] - 0.1) / 0.9, 8, 2048)
-    cout = width(u[2], 8, 2048)
-    kinds = [0.6, 0.25, 0.15] if generator < 3 else [0.4, 0.2, 0.4]
-    kind = pick(u[6], ["dense", "depthwise", "grouped"], kinds)
-    groups = 1
-    if kind == "depthwise":
-        cin = max(cin, 8)
-        groups, cout = cin, cin * pick(u[10], [1, 1, 1, 2])
-    elif kind == "grouped":
-        widths = [4, 8, 16, 32, 64] if generator < 3 else [4, 8, 16, 24, 32, 48, 64]
-        per_group = pick(u[10], widths)
-        cin = _round_to(max(cin, 2 * per_group), per_group)
-        groups = cin // per_group
-        if generator >= 2:
-            cout = cin * pick(beyond(u[10]), [1, 1, 1, 2])
-        else:
-            cout = _round_to(cout, groups)
-    p = {
-        "batch": log_int(u[0], 1, 256),
-        "cin": cin,
-        "cout": cout,
-        "kernel": pick(u[3], [1, 3, 5, 7], [0.35, 0.4, 0.1, 0.15]),
-        "stride": pick(u[4], [1, 2], [0.75, 0.25]),
-        "dilation": pick(u[5], [1, 2], [0.9, 0.1]),
-        "groups": groups,
-        "spatial": log_int(u[7], 7 if generator < 2 else 1, 224),
-        **_bias_and_layout(u),
-    }
-    if generator >= 2:
-        _kernel_within_map(p)
-    return p
-
-
-#: Maps of generators 4 and 5's convolutions, drawn uniformly (not log-uniformly): which
-#: algorithm cuDNN runs a dense 3x3 convolution with, TF32 off, changes from one map to
-#: the next (experiments/conv_maps.py).
-DENSE_3X3_MAPS = (7, 64)
-
-
-def _power_of_two(u: float, lo: int, hi: int) -> int:
-    """A power of two in ``[lo, hi]`` (both powers of two), log-uniform at quantile ``u``."""
-    return lo * 2 ** min(int(u * (math.log2(hi // lo) + 1)), int(math.log2(hi // lo)))
-
-
-def _dense_3x3(u: Sequence[float], *, powers_of_two: bool = False) -> dict[str, Any]:
-    """A dense 3x3 stride-1 convolution (padding 1) of 64-1024 channels on a map of
-    :data:`DENSE_3X3_MAPS`, drawn uniformly over its integers; as many output channels
-    as input (half the samples), twice as many (a fifth) or a width drawn apart; with
-    ``powers_of_two``, widths and batch (1-256) powers of two, as networks' are.
-    With TF32 off, cuDNN's heuristics run some of these with fewer multiplications than
-    the direct count (Winograd-like algorithms) and others directly, depending on the
-    map, the widths and the batch; log-uniform maps of 1-224 put too few samples where
-    convolutional networks' middle stages run for the models to learn which."""
-    draw = _power_of_two if powers_of_two else width
-    cin = draw(u[1], 64, 1024)
-    out = pick(u[10], ["same", "double", "apart"], [0.5, 0.2, 0.3])
-    cout = {"same": cin, "double": 2 * cin, "apart": draw(u[2], 64, 1024)}[out]
-    lo, hi = DENSE_3X3_MAPS
-    return {
-        "batch": _power_of_two(u[0], 1, 256) if powers_of_two else log_int(u[0], 1, 256),
-        "cin": cin,
-        "cout": cout,
-        "kernel": 3,
-        "stride": 1,
-        "dilation": 1,
-        "groups": 1,
-        "spatial": min(hi, lo + int(u[7] * (hi - lo + 1))),
-        **_bias_and_layout(u),
-    }
-
-
-#: Grains of generator 6's widths: a multiple of 32 or 64, or a power of two (the rest).
-ALIGNED_GRAINS = (32, 64)
-
-
-def _aligned_width(v: float) -> int:
-    """A width of 16-2048 channels at quantile ``v``: a multiple of 32 or 64 (two in
-    three) or a power of two."""
-    if beyond(v) < 2 / 3:
-        grain = pick(beyond(beyond(v)), ALIGNED_GRAINS)
-        return min(_round_to(log_int(v, 16, 2048), grain), 2048)
-    return _power_of_two(v, 16, 2048)
-
-
-def _aligned_widths(u: Sequence[float], shares: Sequence[float]) -> tuple[int, int]:
-    """``(cin, cout)`` of generators 6 and 7: one in ten on RGB images, else an aligned
-    width; as many output channels as input, twice as many or a width drawn apart, in
-    ``shares``."""
-    cin = 3 if u[1] < 0.1 else _aligned_width((u[1] - 0.1) / 0.9)
-    out = pick(u[10], ["same", "double", "apart"], shares)
-    cout = {"same": max(cin, 16), "double": max(2 * cin, 16), "apart": _aligned_width(u[2])}[out]
-    return cin, min(cout, 2048)
-
-
-def _dense_aligned(u: Sequence[float]) -> dict[str, Any]:
-    """A dense convolution as networks build them: widths of 16-2048 channels, each a
-    multiple of 32 or 64 (two in three) or a power of two, and as many output channels
-    as input (a third), twice as many (a sixth) or a width drawn apart; one in ten on RGB
-    images; kernel 1, 3, 5 or 7 (no wider than the map), stride 1 or 2, maps of 1-224
-    (log-uniform), batch a power of two (1-256). On such widths cuDNN runs its aligned
-    tensor-core and vectorised kernels, which the models trained on generators 1-3
-    predicted 5-20 % too slow (the held-out dense convolutions whose widths are
-    multiples of 32, median signed error by kernel; docs/op-space.md, round 9)."""
-    cin, cout = _aligned_widths(u, [2 / 6, 1 / 6, 3 / 6])
-    p = {
-        "batch": _power_of_two(u[0], 1, 256),
-        "cin": cin,
-        "cout": cout,
-        "kernel": pick(u[3], [1, 3, 5, 7], [0.4, 0.4, 0.05, 0.15]),
-        "stride": pick(u[4], [1, 2], [0.7, 0.3]),
-        "dilation": 1,
-        "groups": 1,
-        "spatial": log_int(u[7], 1, 224),
-        **_bias_and_layout(u),
-    }
-    _kernel_within_map(p)
-    return p
-
-
-def _dense_heavy(u: Sequence[float]) -> dict[str, Any]:
-    """A dense convolution of a network at a large batch, where the GPU sets the pace:
-    widths as generator 6's, batch a power of two of 16-256, maps of 7-112
-    (log-uniform; an RGB input's 224), kernel 1, 3, 5 or 7, stride 1 or 2, bounded by
-    :data:`HEAVY_BOUNDS` instead of the default bounds. The space-filling generators put
-    few samples there (the batch, the map and the widths all large at once) and halve
-    the batch of the heaviest: held out of the models of rounds 1-11, the aligned dense
-    convolutions of 10 GFLOP or more at batch 16-256 were predicted a median 8-11 % too
-    slow (H100, TF32 on, 5-fold by op id; docs/op-space.md, round 12)."""
-    cin, cout = _aligned_widths(u, [0.4, 0.2, 0.4])
-    return {
-        "batch": _power_of_two(u[0], 16, 256),
-        "cin": cin,
-        "cout": cout,
-        "kernel": pick(u[3], [1, 3, 5, 7], [0.35, 0.45, 0.05, 0.15]),
-        "stride": pick(u[4], [1, 2], [0.75, 0.25]),
-        "dilation": 1,
-        "groups": 1,
-        "spatial": 224 if cin == 3 else log_int(u[7], 7, 112),
-        **_bias_and_layout(u),
-    }
-
-
-#: Generator 8's channels per group of a grouped convolution (ResNeXt's 4-64, RegNet's
-#: 8-128 group widths).
-GROUP_WIDTHS = (4, 8, 16, 24, 32, 48, 64, 128)
-
-
-def _grouped(u: Sequence[float]) -> dict[str, Any]:
-    """A grouped (seven in ten) or depthwise convolution as networks build them: an
-    aligned width of 16-2048 channels (rounded to the group width,
-    :data:`GROUP_WIDTHS`), as many output channels (three in four) or twice as many (at
-    most 2,048),
-    kernel 1, 3, 5 or 7 (no wider than the map), stride 1 or 2, maps of 1-112
-    (log-uniform), batch a power of two (1-256). cuDNN runs many of these with one kernel
-    per group, some on several streams at once (docs/op-space.md, "How it is
-    measured"): held out of the models of rounds 1-11, grouped convolutions missed by a
-    median 33-43 % against 15-16 % for dense ones, and the committed rounds with grouped
-    convolutions predate the busy time (``gpu_busy_time_s``) that tells the overlap."""
-    cin = _aligned_width(u[1])
-    if u[6] < 0.7:
-        per_group = pick(u[10], GROUP_WIDTHS)
-        cin = min(max(_round_to(cin, per_group), 2 * per_group), 2048 // per_group * per_group)
-        groups = cin // per_group
-    else:
-        groups = cin
-    p = {
-        "batch": _power_of_two(u[0], 1, 256),
-        "cin": cin,
-        "cout": cin * (pick(u[2], [1, 2], [0.75, 0.25]) if 2 * cin <= 2048 else 1),
-        "kernel": pick(u[3], [1, 3, 5, 7], [0.1, 0.6, 0.15, 0.15]),
-        "stride": pick(u[4], [1, 2], [0.75, 0.25]),
-        "dilation": 1,
-        "groups": groups,
-        "spatial": log_int(u[7], 1, 112),
-        **_bias_and_layout(u),
-    }
-    _kernel_within_map(p)
-    return p
-
-
-def _conv_call(p: dict[str, Any]) -> Call:
-    k, d = p["kernel"], p["dilation"]
-    conv = torch.nn.Conv2d(
-        p["cin"], p["cout"], k, stride=p["stride"], padding=(k // 2) * d, dilation=d,
-        groups=p["groups"], bias=p["bias"], device="meta",
-    )  # fmt: skip
-    cl = p["channels_last"]
-    return _m(conv, _t(p["batch"], p["cin"], p["spatial"], p["spatial"], channels_last=cl))
 
 
 def _linear(u: Sequence[float]) -> dict[str, Any]:
@@ -441,7 +152,7 @@ def _norm(u: Sequence[float]) -> dict[str, Any]:
     p["layout"] = "tokens" if p["type"] == "layernorm" else "nchw"
     p["spatial"] = max(p["spatial"], 2) if p["type"] == "batchnorm" else p["spatial"]
     if p["type"] == "groupnorm":
-        p["channels"] = _round_to(p["channels"], 32)
+        p["channels"] = round_to(p["channels"], 32)
     return p
 
 
@@ -565,7 +276,7 @@ def _copy(u: Sequence[float]) -> dict[str, Any]:
 def _copy_call(p: dict[str, Any]) -> Call:
     n, c, h, w = _nchw(p)
     if p["view"] == "shuffle":  # shufflenet's channel shuffle: the transposed groups
-        c = _round_to(c, 2)
+        c = round_to(c, 2)
         x = _t(n, 2, c // 2, h, w).transpose(1, 2)
     else:  # NCHW to channels-last order, as convnext's Permute leaves it
         x = _t(n, c, h, w).permute(0, 2, 3, 1)
@@ -615,7 +326,7 @@ class Family:
 FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
-        Family("conv", 11, _conv, _conv_call, versioned=True),
+        Family("conv", 11, opspace_conv.params, opspace_conv.call, versioned=True),
         Family("linear", 6, _linear, _linear_call),
         Family("matmul", 7, _matmul, _matmul_call),
         Family("attention", 5, _attention, _attention_call),

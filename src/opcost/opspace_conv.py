@@ -1,0 +1,251 @@
+"""Convolutions of the op space: the versions of the map from a point to a convolution.
+
+Every version (``op_space.generator``, :data:`opcost.opspace.GENERATORS`) a round was
+measured with stays here unchanged, so that a round's samples stay those measured:
+:func:`params` maps a point of the 11-dimensional unit cube to a convolution's
+parameters, :func:`call` makes it a ``torch.nn.Conv2d`` call on the ``meta`` device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from opcost.opspace_draw import (
+    Call,
+    beyond,
+    log_int,
+    meta_tensor,
+    module_call,
+    pick,
+    power_of_two,
+    round_to,
+    width,
+)
+
+
+def _bias_and_layout(u: Sequence[float]) -> dict[str, bool]:
+    """A convolution's bias (three in ten) and channels-last input (one in four), from
+    coordinates 8 and 9 of its point, as every generator draws them."""
+    return {"bias": u[8] < 0.3, "channels_last": u[9] < 0.25}
+
+
+def _kernel_within_map(p: dict[str, Any]) -> None:
+    """A kernel (dilated) wider than its map becomes 3x3, or 1x1 on maps under 3, in
+    place: padding would be most of it."""
+    if p["spatial"] < p["kernel"] * p["dilation"]:
+        p["kernel"], p["dilation"] = (3 if p["spatial"] >= 3 else 1), 1
+
+
+def params(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
+    """A convolution. Generator 1: maps 7-224, a grouped convolution's output width drawn apart
+    from its input's. Generator 2 (:data:`opcost.opspace.GENERATORS`): maps 1-224 (the 1x1
+    maps of squeeze-and-excitation blocks, the few-pixel maps of a small input's last
+    stage), a kernel no wider than its map, and a grouped convolution that keeps its width
+    per group as a depthwise one does (ResNeXt, RegNet: ``cout`` = ``cin`` or twice).
+    Generator 3: as 2, with grouped convolutions 40 % of the samples instead of 15 % and
+    widths per group of 24 and 48 too (RegNet's), dense ones 40 % and depthwise 20 %.
+    Generator 4 (:func:`_dense_3x3`): dense 3x3 stride-1 convolutions only, on maps of 7-64;
+    generator 5: the same with widths and batches powers of two. Generator 6
+    (:func:`_dense_aligned`): dense convolutions of every kernel and stride with aligned
+    widths and batches powers of two. Generator 7 (:func:`_dense_heavy`): the same at batch
+    16-256 on maps of 7-112, bounded by :data:`opcost.opspace.HEAVY_BOUNDS`. Generator 8
+    (:func:`_grouped`): grouped and depthwise convolutions only."""
+    if generator in (4, 5):
+        return _dense_3x3(u, powers_of_two=generator == 5)
+    if generator == 6:
+        return _dense_aligned(u)
+    if generator == 7:
+        return _dense_heavy(u)
+    if generator == 8:
+        return _grouped(u)
+    # One in ten is a network's first layer, on RGB images.
+    cin = 3 if u[1] < 0.1 else width((u[1] - 0.1) / 0.9, 8, 2048)
+    cout = width(u[2], 8, 2048)
+    kinds = [0.6, 0.25, 0.15] if generator < 3 else [0.4, 0.2, 0.4]
+    kind = pick(u[6], ["dense", "depthwise", "grouped"], kinds)
+    groups = 1
+    if kind == "depthwise":
+        cin = max(cin, 8)
+        groups, cout = cin, cin * pick(u[10], [1, 1, 1, 2])
+    elif kind == "grouped":
+        widths = [4, 8, 16, 32, 64] if generator < 3 else [4, 8, 16, 24, 32, 48, 64]
+        per_group = pick(u[10], widths)
+        cin = round_to(max(cin, 2 * per_group), per_group)
+        groups = cin // per_group
+        if generator >= 2:
+            cout = cin * pick(beyond(u[10]), [1, 1, 1, 2])
+        else:
+            cout = round_to(cout, groups)
+    p = {
+        "batch": log_int(u[0], 1, 256),
+        "cin": cin,
+        "cout": cout,
+        "kernel": pick(u[3], [1, 3, 5, 7], [0.35, 0.4, 0.1, 0.15]),
+        "stride": pick(u[4], [1, 2], [0.75, 0.25]),
+        "dilation": pick(u[5], [1, 2], [0.9, 0.1]),
+        "groups": groups,
+        "spatial": log_int(u[7], 7 if generator < 2 else 1, 224),
+        **_bias_and_layout(u),
+    }
+    if generator >= 2:
+        _kernel_within_map(p)
+    return p
+
+
+#: Maps of generators 4 and 5's convolutions, drawn uniformly (not log-uniformly): which
+#: algorithm cuDNN runs a dense 3x3 convolution with, TF32 off, changes from one map to
+#: the next (experiments/conv_maps.py).
+DENSE_3X3_MAPS = (7, 64)
+
+
+def _dense_3x3(u: Sequence[float], *, powers_of_two: bool = False) -> dict[str, Any]:
+    """A dense 3x3 stride-1 convolution (padding 1) of 64-1024 channels on a map of
+    :data:`DENSE_3X3_MAPS`, drawn uniformly over its integers; as many output channels
+    as input (half the samples), twice as many (a fifth) or a width drawn apart; with
+    ``powers_of_two``, widths and batch (1-256) powers of two, as networks' are.
+    With TF32 off, cuDNN's heuristics run some of these with fewer multiplications than
+    the direct count (Winograd-like algorithms) and others directly, depending on the
+    map, the widths and the batch; log-uniform maps of 1-224 put too few samples where
+    convolutional networks' middle stages run for the models to learn which."""
+    draw = power_of_two if powers_of_two else width
+    cin = draw(u[1], 64, 1024)
+    out = pick(u[10], ["same", "double", "apart"], [0.5, 0.2, 0.3])
+    cout = {"same": cin, "double": 2 * cin, "apart": draw(u[2], 64, 1024)}[out]
+    lo, hi = DENSE_3X3_MAPS
+    return {
+        "batch": power_of_two(u[0], 1, 256) if powers_of_two else log_int(u[0], 1, 256),
+        "cin": cin,
+        "cout": cout,
+        "kernel": 3,
+        "stride": 1,
+        "dilation": 1,
+        "groups": 1,
+        "spatial": min(hi, lo + int(u[7] * (hi - lo + 1))),
+        **_bias_and_layout(u),
+    }
+
+
+#: Grains of generator 6's widths: a multiple of 32 or 64, or a power of two (the rest).
+ALIGNED_GRAINS = (32, 64)
+
+
+def _aligned_width(v: float) -> int:
+    """A width of 16-2048 channels at quantile ``v``: a multiple of 32 or 64 (two in
+    three) or a power of two."""
+    if beyond(v) < 2 / 3:
+        grain = pick(beyond(beyond(v)), ALIGNED_GRAINS)
+        return min(round_to(log_int(v, 16, 2048), grain), 2048)
+    return power_of_two(v, 16, 2048)
+
+
+def _aligned_widths(u: Sequence[float], shares: Sequence[float]) -> tuple[int, int]:
+    """``(cin, cout)`` of generators 6 and 7: one in ten on RGB images, else an aligned
+    width; as many output channels as input, twice as many or a width drawn apart, in
+    ``shares``."""
+    cin = 3 if u[1] < 0.1 else _aligned_width((u[1] - 0.1) / 0.9)
+    out = pick(u[10], ["same", "double", "apart"], shares)
+    cout = {"same": max(cin, 16), "double": max(2 * cin, 16), "apart": _aligned_width(u[2])}[out]
+    return cin, min(cout, 2048)
+
+
+def _dense_aligned(u: Sequence[float]) -> dict[str, Any]:
+    """A dense convolution as networks build them: widths of 16-2048 channels, each a
+    multiple of 32 or 64 (two in three) or a power of two, and as many output channels
+    as input (a third), twice as many (a sixth) or a width drawn apart; one in ten on RGB
+    images; kernel 1, 3, 5 or 7 (no wider than the map), stride 1 or 2, maps of 1-224
+    (log-uniform), batch a power of two (1-256). On such widths cuDNN runs its aligned
+    tensor-core and vectorised kernels, which the models trained on generators 1-3
+    predicted 5-20 % too slow (the held-out dense convolutions whose widths are
+    multiples of 32, median signed error by kernel; docs/op-space.md, round 9)."""
+    cin, cout = _aligned_widths(u, [2 / 6, 1 / 6, 3 / 6])
+    p = {
+        "batch": power_of_two(u[0], 1, 256),
+        "cin": cin,
+        "cout": cout,
+        "kernel": pick(u[3], [1, 3, 5, 7], [0.4, 0.4, 0.05, 0.15]),
+        "stride": pick(u[4], [1, 2], [0.7, 0.3]),
+        "dilation": 1,
+        "groups": 1,
+        "spatial": log_int(u[7], 1, 224),
+        **_bias_and_layout(u),
+    }
+    _kernel_within_map(p)
+    return p
+
+
+def _dense_heavy(u: Sequence[float]) -> dict[str, Any]:
+    """A dense convolution of a network at a large batch, where the GPU sets the pace:
+    widths as generator 6's, batch a power of two of 16-256, maps of 7-112
+    (log-uniform; an RGB input's 224), kernel 1, 3, 5 or 7, stride 1 or 2, bounded by
+    :data:`opcost.opspace.HEAVY_BOUNDS` instead of the default bounds. The space-filling
+    generators put few samples there (the batch, the map and the widths all large at once) and halve
+    the batch of the heaviest: held out of the models of rounds 1-11, the aligned dense
+    convolutions of 10 GFLOP or more at batch 16-256 were predicted a median 8-11 % too
+    slow (H100, TF32 on, 5-fold by op id; docs/op-space.md, round 12)."""
+    cin, cout = _aligned_widths(u, [0.4, 0.2, 0.4])
+    return {
+        "batch": power_of_two(u[0], 16, 256),
+        "cin": cin,
+        "cout": cout,
+        "kernel": pick(u[3], [1, 3, 5, 7], [0.35, 0.45, 0.05, 0.15]),
+        "stride": pick(u[4], [1, 2], [0.75, 0.25]),
+        "dilation": 1,
+        "groups": 1,
+        "spatial": 224 if cin == 3 else log_int(u[7], 7, 112),
+        **_bias_and_layout(u),
+    }
+
+
+#: Generator 8's channels per group of a grouped convolution (ResNeXt's 4-64, RegNet's
+#: 8-128 group widths).
+GROUP_WIDTHS = (4, 8, 16, 24, 32, 48, 64, 128)
+
+
+def _grouped(u: Sequence[float]) -> dict[str, Any]:
+    """A grouped (seven in ten) or depthwise convolution as networks build them: an
+    aligned width of 16-2048 channels (rounded to the group width,
+    :data:`GROUP_WIDTHS`), as many output channels (three in four) or twice as many (at
+    most 2,048),
+    kernel 1, 3, 5 or 7 (no wider than the map), stride 1 or 2, maps of 1-112
+    (log-uniform), batch a power of two (1-256). cuDNN runs many of these with one kernel
+    per group, some on several streams at once (docs/op-space.md, "How it is
+    measured"): held out of the models of rounds 1-11, grouped convolutions missed by a
+    median 33-43 % against 15-16 % for dense ones, and the committed rounds with grouped
+    convolutions predate the busy time (``gpu_busy_time_s``) that tells the overlap."""
+    cin = _aligned_width(u[1])
+    if u[6] < 0.7:
+        per_group = pick(u[10], GROUP_WIDTHS)
+        cin = min(max(round_to(cin, per_group), 2 * per_group), 2048 // per_group * per_group)
+        groups = cin // per_group
+    else:
+        groups = cin
+    p = {
+        "batch": power_of_two(u[0], 1, 256),
+        "cin": cin,
+        "cout": cin * (pick(u[2], [1, 2], [0.75, 0.25]) if 2 * cin <= 2048 else 1),
+        "kernel": pick(u[3], [1, 3, 5, 7], [0.1, 0.6, 0.15, 0.15]),
+        "stride": pick(u[4], [1, 2], [0.75, 0.25]),
+        "dilation": 1,
+        "groups": groups,
+        "spatial": log_int(u[7], 1, 112),
+        **_bias_and_layout(u),
+    }
+    _kernel_within_map(p)
+    return p
+
+
+def call(p: dict[str, Any]) -> Call:
+    """The ``torch.nn.Conv2d`` call of parameters ``p``, padded to keep its map (stride 1)
+    as networks pad, on a ``meta`` input."""
+    k, d = p["kernel"], p["dilation"]
+    conv = torch.nn.Conv2d(
+        p["cin"], p["cout"], k, stride=p["stride"], padding=(k // 2) * d, dilation=d,
+        groups=p["groups"], bias=p["bias"], device="meta",
+    )  # fmt: skip
+    x = meta_tensor(
+        p["batch"], p["cin"], p["spatial"], p["spatial"], channels_last=p["channels_last"]
+    )
+    return module_call(conv, x)
