@@ -862,3 +862,25 @@ def test_the_op_spaces_measuring_path_gives_the_studies_kernel_times(csv):
     assert len(ratio) == 6
     assert (ratio - 1).abs().max() < 0.03
     assert abs((d["os"] / d["study"]).median() - 1) < 0.01
+
+
+def test_two_h100_boards_agree_on_kernel_time_but_not_on_power():
+    """Round 17 measured again on another H100 board (tests/data/opspace_power_repeat,
+    2026-11-27): every configuration and mode again, its kernels' time within 5 % nearly
+    always, its window's mean power a median 9 % higher on the second board, as its idle
+    power is; the floor under any busy-power model learnt from several boards."""
+    first = pd.read_parquet(DATA / "h100" / "r17-0.parquet")
+    again = pd.read_parquet(
+        REPO / "tests" / "data" / "opspace_power_repeat" / "h100_r17_repeat.parquet"
+    )
+    both = first.merge(again, on=["op_id", "mode"], suffixes=("", "_again"))
+    assert len(both) == len(first) == len(again) == 120
+    assert (both["gpu_uuid"] != both["gpu_uuid_again"]).all()
+    time = both["gpu_time_s_again"] / both["gpu_time_s"]
+    power = both["power_w_again"] / both["power_w"]
+    idle = both["idle_power_w_again"] / both["idle_power_w"]
+    assert (time - 1).abs().median() < 0.02
+    assert (time - 1).abs().le(0.05).mean() > 0.9
+    assert 1.05 < power.median() < 1.15
+    assert (power > 1).mean() > 0.85
+    assert 1.05 < idle.median() < 1.15
