@@ -305,9 +305,7 @@ def _power_x(
     x["log_kernel_s"] = np.log(np.clip(kernel_s.to_numpy(dtype=float), 1e-7, None))
     # How much of the GPU a kernel's grid fills: a convolution of one image in float32
     # runs on few SMs and draws little more than idle power for as long as it runs.
-    shape_rows = np.array([shapes.shape_features(s) for s in specs], dtype=float)
-    for i, name in enumerate(shapes.SHAPE_FEATURES):
-        x[name] = shape_rows[:, i] if len(shape_rows) else np.empty(0)
+    x[list(shapes.SHAPE_FEATURES)] = shapes.shape_matrix(specs)
     return x
 
 
@@ -377,9 +375,7 @@ def features(rows: pd.DataFrame, schema: FeatureSchema, roof: np.ndarray) -> pd.
     op's shape features (:func:`opcost.model.shapes.shape_features`: the matrix product
     it amounts to) and the log of the roofline time (column :data:`LOG_ROOFLINE`)."""
     x = encode_features(rows, schema)
-    shape_rows = np.array([shapes.shape_features(s) for s in rows["spec"]], dtype=float)
-    for i, name in enumerate(shapes.SHAPE_FEATURES):
-        x[name] = shape_rows[:, i] if len(shape_rows) else np.empty(0)
+    x[list(shapes.SHAPE_FEATURES)] = shapes.shape_matrix(rows["spec"])
     x[LOG_ROOFLINE] = np.log(np.clip(np.asarray(roof, dtype=float), 1e-12, None))
     return x
 

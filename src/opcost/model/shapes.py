@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from functools import lru_cache
+
+import numpy as np
 
 from opcost.model.roofline import _conv, _linear, _numel, _Op, _tuple, family_of
 
@@ -101,6 +104,13 @@ def shape_features(spec: str) -> tuple[float, ...]:
     and of its first input's last dimension. The trees learn from these the sizes a GPU's
     kernels are tiled by, which the raw dimensions give only as products."""
     return _shape_features(spec)
+
+
+def shape_matrix(specs: Iterable[str]) -> np.ndarray:
+    """:func:`shape_features` of each spec, one row each and a column per
+    :data:`SHAPE_FEATURES` name (``(0, len(SHAPE_FEATURES))`` for no specs)."""
+    rows = [shape_features(s) for s in specs]
+    return np.array(rows, dtype=float).reshape(len(rows), len(SHAPE_FEATURES))
 
 
 @lru_cache(maxsize=65536)
