@@ -8,12 +8,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from opcost.model.op_spec import FAMILIES, family_of
 from opcost.model.roofline import (
-    FAMILIES,
     Peaks,
     RooflineError,
     Work,
-    family_of,
     op_work,
     roofline_time_s,
     roofline_times_s,

@@ -36,7 +36,7 @@ import pandas as pd
 
 from opcost import replay as rp
 from opcost.model import PredictorError
-from opcost.model import roofline as rl
+from opcost.model.op_spec import family_of
 from opcost.model.opmodel import NO_KERNEL_FAMILIES, OpModel
 from opcost.names import MODES
 from opcost.predict import PER_OP_COLUMNS, NetworkPrediction, best_choices
@@ -229,7 +229,7 @@ def _extrapolation(distinct: pd.DataFrame, model: OpModel) -> pd.DataFrame:
     for oid, op_type, spec in zip(
         distinct["op_id"], distinct["op_type"], distinct["spec"], strict=True
     ):
-        family = rl.family_of(op_type)
+        family = family_of(op_type)
         if family in NO_KERNEL_FAMILIES and family not in model.families:
             continue
         fam = model.families.get(family)

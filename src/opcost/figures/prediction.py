@@ -42,6 +42,7 @@ from opcost.figures.style import (
     time_energy_grid,
     unit_scale,
 )
+from opcost.model.op_spec import FAMILIES
 
 
 def _op_colors(names: Iterable[str]) -> dict[str, Any]:
@@ -348,23 +349,6 @@ def prediction_networks_figure(
     return fig
 
 
-#: The op space's families in its order (:data:`opcost.opspace.FAMILIES`, which imports
-#: torch); families not named here follow by name.
-OP_FAMILIES = (
-    "conv",
-    "linear",
-    "matmul",
-    "attention",
-    "norm",
-    "activation",
-    "pool",
-    "elementwise",
-    "softmax",
-    "dropout",
-    "cat",
-    "copy",
-    "view",
-)
 #: Marker of each source of ops; other sources take the markers of :data:`_MORE_MARKERS`.
 SOURCE_MARKERS = {"held-out samples": "o", "network ops": "x"}
 _MORE_MARKERS = ("s", "^", "v", "D", "+")
@@ -374,7 +358,7 @@ TOLERANCE = 0.10
 
 def _family_order(families: Iterable[str]) -> list[str]:
     present = set(families)
-    return [f for f in OP_FAMILIES if f in present] + sorted(present - set(OP_FAMILIES))
+    return [f for f in FAMILIES if f in present] + sorted(present - set(FAMILIES))
 
 
 def _source_markers(sources: Iterable[str]) -> dict[str, str]:
@@ -390,13 +374,13 @@ def opspace_op_types_figure(ops: pd.DataFrame, style: FigureStyle | None = None)
     """Predicted against measured GPU time per call of op-space op models, per op family.
 
     Columns of ``ops``, one row per op and GPU configuration: ``gpu`` (the GPU
-    configuration), ``family`` (op family, :data:`OP_FAMILIES`), ``source`` (``held-out
-    samples`` or ``network ops``), ``measured_s`` and ``predicted_s`` (GPU kernel time per
-    call). One log-log panel per family, four to a row: points coloured by GPU
-    configuration, marked by source; the black line is prediction = measurement, the
-    dashed ones ±10 %. Each panel names, per source, the median absolute error
-    (|predicted / measured - 1|) and n. Rows whose measured or predicted time is missing,
-    infinite or not positive are not drawn; a panel says how many it left out.
+    configuration), ``family`` (op family, :data:`opcost.model.op_spec.FAMILIES`),
+    ``source`` (``held-out samples`` or ``network ops``), ``measured_s`` and ``predicted_s``
+    (GPU kernel time per call). One log-log panel per family, four to a row: points coloured
+    by GPU configuration, marked by source; the black line is prediction = measurement, the
+    dashed ones ±10 %. Each panel names, per source, the median absolute error (|predicted /
+    measured - 1|) and n. Rows whose measured or predicted time is missing, infinite or not
+    positive are not drawn; a panel says how many it left out.
     """
     style = style or FigureStyle()
     title = "Op models from the op space: predicted against measured GPU time per op family"

@@ -12,8 +12,17 @@ scikit-learn at import time):
 * :mod:`opcost.model.format`: the predictor directory (``.npz`` models, ``features.json``,
   ``manifest.json`` with SHA-256): save, load, verify.
 
+The op models (learnt from the op-space study; docs/op-space.md):
+
+* :mod:`opcost.model.op_spec`: an op's spec read for its family, tensors and products.
+* :mod:`opcost.model.roofline`: an op's FLOPs and DRAM bytes, and its roofline time.
+* :mod:`opcost.model.shapes`: its shape features (the matrix product it amounts to).
+* :mod:`opcost.model.op_tables`: the op-space tables a GPU configuration learns from.
+* :mod:`opcost.model.opmodel`: the op models of a configuration: fit and predict.
+* :mod:`opcost.model.opmodel_format`: their directory: save, load, verify.
+
 :mod:`opcost.train` fits and writes predictors; :mod:`opcost.predict` loads and serves
-them.
+them (:mod:`opcost.predict_replay` the op models).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Op models learnt from the op-space study: GPU time through the roofline, host time, power.
 
-Per GPU configuration and op family (:func:`opcost.model.roofline.family_of`), fitted on
+Per GPU configuration and op family (:func:`opcost.model.op_spec.family_of`), fitted on
 the sampled configurations only (:mod:`opcost.opspace`; networks are never training
 data):
 
@@ -54,6 +54,7 @@ import pandas as pd
 from opcost.model import roofline as rl
 from opcost.model import shapes
 from opcost.model.features import FeatureSchema, build_schema, encode_features
+from opcost.model.op_spec import family_of
 from opcost.model.op_tables import pooled_rows, training_rows
 from opcost.model.trees import TreeEnsemble
 from opcost.validate.replay import WAIT_SHARE
@@ -152,7 +153,7 @@ class OpModel:
         gradient accumulation taken off), or with ``isolated`` of the op measured alone."""
         probe = host_probe_s or self.host_probe_s
         rows = _with_conditions(ops, self.meta)
-        fam = rows["op_type"].map(rl.family_of)
+        fam = rows["op_type"].map(family_of)
         out = pd.DataFrame(index=rows.index)
         out["family"] = fam
         out["roofline_time_s"] = rl.roofline_times_s(

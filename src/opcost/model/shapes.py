@@ -17,7 +17,14 @@ from functools import lru_cache
 
 import numpy as np
 
-from opcost.model.roofline import _conv, _linear, _numel, _Op, _tuple, family_of
+from opcost.model.op_spec import (
+    OpSpec,
+    conv_flops_params,
+    family_of,
+    int_list,
+    linear_flops_params,
+    numel,
+)
 
 #: :func:`shape_features`' names, in order.
 SHAPE_FEATURES: tuple[str, ...] = (
@@ -37,11 +44,11 @@ SHAPE_FEATURES: tuple[str, ...] = (
 ALIGN_CAP = 64
 
 
-def _gemm(op: _Op, family: str) -> tuple[int, int, int, int, int, bool] | None:
+def _gemm(op: OpSpec, family: str) -> tuple[int, int, int, int, int, bool] | None:
     """The matrix product an op amounts to: ``(batch, m, n, k, groups, depthwise)``, or
     None."""
     if family == "conv":
-        flops, _ = _conv(op)
+        flops, _ = conv_flops_params(op)
         x, out = op.shape(0), op.out_shape()
         if op.kind == "module":
             groups, cin, cout = (
@@ -52,20 +59,20 @@ def _gemm(op: _Op, family: str) -> tuple[int, int, int, int, int, bool] | None:
             groups = int(op.arg(6, "groups", 1))
             cin, cout = int(w["shape"][1]) * groups, int(w["shape"][0])
         n_sp = max(len(out) - 2, 1)
-        m = (x[0] if len(x) == n_sp + 2 else 1) * _numel(out[-n_sp:])
+        m = (x[0] if len(x) == n_sp + 2 else 1) * numel(out[-n_sp:])
         n = max(cout // groups, 1)
         k = max(int(round(flops / (2.0 * m * n * groups))), 1)
         return 1, m, n, k, groups, groups > 1 and groups == cin
     if family == "linear":
         out = op.out_shape()
         n = int(out[-1])
-        k = int(round(_linear(op)[0] / (2.0 * _numel(out))))
-        return 1, _numel(out) // max(n, 1), n, max(k, 1), 1, False
+        k = int(round(linear_flops_params(op)[0] / (2.0 * numel(out))))
+        return 1, numel(out) // max(n, 1), n, max(k, 1), 1, False
     if family == "matmul" and len(op.inputs) >= 2:
         out = op.out_shape()
         a = op.shape(0)
         m, n = (int(out[-2]), int(out[-1])) if len(out) >= 2 else (1, int(out[-1]) if out else 1)
-        return _numel(out[:-2]) if len(out) > 2 else 1, m, n, int(a[-1]), 1, False
+        return numel(out[:-2]) if len(out) > 2 else 1, m, n, int(a[-1]), 1, False
     if family == "attention":
         q = op.shape(0)
         if op.kind == "module":  # (N, L, E), batch first
@@ -73,10 +80,10 @@ def _gemm(op: _Op, family: str) -> tuple[int, int, int, int, int, bool] | None:
             key = op.shape(1) if len(op.inputs) > 1 else q
             return int(q[0]) * heads, int(q[-2]), int(key[-2]), int(q[-1]) // heads, 1, False
         key = op.shape(1) if len(op.inputs) > 1 else q  # (N, H, L, d)
-        return _numel(q[:-2]), int(q[-2]), int(key[-2]), int(q[-1]), 1, False
+        return numel(q[:-2]), int(q[-2]), int(key[-2]), int(q[-1]), 1, False
     if family in ("norm", "softmax") and op.inputs:
         x = op.shape(0)
-        total = _numel(x)
+        total = numel(x)
         if op.name.startswith(("batchnorm", "batch_norm", "instancenorm", "instance_norm")):
             rows = int(x[1]) * (int(x[0]) if op.name.startswith("instance") else 1)
         elif op.name in ("groupnorm", "group_norm"):
@@ -86,7 +93,7 @@ def _gemm(op: _Op, family: str) -> tuple[int, int, int, int, int, bool] | None:
             rows = total // int(x[1])
         elif op.name in ("layernorm", "layer_norm", "rmsnorm", "rms_norm"):
             shape = op.attrs.get("normalized_shape", op.arg(1, "normalized_shape", [x[-1]]))
-            rows = total // _numel(_tuple(shape, 1))
+            rows = total // numel(int_list(shape, 1))
         else:  # softmax over one dimension (the last, as networks call it)
             rows = total // int(x[-1])
         rows = max(rows, 1)
@@ -117,7 +124,7 @@ def shape_matrix(specs: Iterable[str]) -> np.ndarray:
 def _shape_features(spec: str) -> tuple[float, ...]:
     na = -1.0
     try:
-        op = _Op(json.loads(spec), None)
+        op = OpSpec(json.loads(spec), None)
         gemm = _gemm(op, family_of(op.type))
     except (KeyError, ValueError, TypeError, IndexError, ZeroDivisionError):
         return (na,) * len(SHAPE_FEATURES)
