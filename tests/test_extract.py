@@ -110,6 +110,49 @@ def test_attention_is_one_operation_per_block():
     assert _count(rows, "torch.nn.modules.linear.Linear") == 12 * 2 + 1
 
 
+class _OwnAttention(torch.nn.Module):
+    """A network's own composite of no op family: it computes with its children's weights
+    without calling them, as torchvision's ShiftedWindowAttention does."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = torch.nn.Linear(16, 48)
+        self.proj = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        q, k, v = torch.nn.functional.linear(x, self.qkv.weight, self.qkv.bias).chunk(3, dim=-1)
+        a = torch.softmax(q @ k.transpose(-2, -1), dim=-1)
+        return torch.nn.functional.linear(a @ v, self.proj.weight, self.proj.bias)
+
+
+def test_a_composite_of_no_op_family_is_the_calls_it_makes():
+    net = torch.nn.Sequential(torch.nn.LayerNorm(16), _OwnAttention())
+    types = [s["type"] for s in extract_ops(net, (2, 5, 16))]
+    assert types == [
+        "torch.nn.modules.normalization.LayerNorm",
+        "torch.nn.functional.linear",
+        "torch.Tensor.chunk",
+        "torch.Tensor.transpose",
+        "torch.Tensor.matmul",
+        "torch.softmax",
+        "torch.Tensor.matmul",
+        "torch.nn.functional.linear",
+    ]
+
+
+def test_swin_attention_is_its_products():
+    """swin_t: 2 + 2 + 6 + 2 = 12 blocks, each a ShiftedWindowAttention whose forward runs
+    F.linear for its qkv and proj weights, two matrix products and a softmax."""
+    _, rows = _ops("swin_t", (1, 3, 224, 224))
+    assert _count(rows, "torchvision.models.swin_transformer.ShiftedWindowAttention") == 0
+    assert _count(rows, "torch.nn.functional.linear") == 12 * 2
+    assert _count(rows, "torch.nn.functional.softmax") + _count(rows, "torch.Tensor.softmax") == 12
+    matmuls = sum(_count(rows, t) for t in ("torch.Tensor.matmul", "torch.matmul"))
+    assert matmuls == 12 * 2
+    # the MLPs' Linear modules (2 a block), the 3 patch mergings' reductions and the head
+    assert _count(rows, "torch.nn.modules.linear.Linear") == 12 * 2 + 3 + 1
+
+
 class _Attend(torch.nn.Module):
     """Attention over x: self-attention (query, key and value the same tensor), or a
     projected query."""

@@ -358,6 +358,11 @@ EXPECTED_FAMILIES = {
     "torch.nn.modules.flatten.Flatten": "view",
     "torchvision.ops.misc.Permute": "view",
     "torch.permute": "view",
+    "torch.swapaxes": "view",
+    "torch.Tensor.movedim": "view",
+    "torch.nn.functional.pad": "copy",
+    "torch.roll": "copy",
+    "torch.Tensor.masked_fill": "elementwise",
     "some.module.Unheard": "other",
 }
 

@@ -4,7 +4,12 @@ An *operation* is either
 
 * the innermost module whose ``forward`` ran: a module whose forward returned without
   calling any child module's forward (so ``nn.MultiheadAttention`` is one operation even
-  though it owns an ``out_proj``), or
+  though it owns an ``out_proj``), unless it owns child modules, its type is of no op
+  family (:func:`opcost.model.op_spec.family_of` gives ``"other"``) and it calls torch
+  functions: then those calls are its operations (a network's own composite, such as
+  torchvision's ``ShiftedWindowAttention``, which computes with its children's weights
+  without calling them, is the linear layers, matrix products and softmax it runs; a
+  module of its own without children, such as a scaling, stays one operation), or
 * a *functional* operation: a torch function called directly in a non-leaf module's
   ``forward`` (residual additions, ``torch.flatten``, ``torch.cat``, functional
   activations). These are what make a network slower than the sum of its layers.
@@ -38,6 +43,7 @@ from torch.overrides import TorchFunctionMode, resolve_name
 
 from opcost import spec as specs
 from opcost.errors import OpcostError
+from opcost.model.op_spec import family_of
 from opcost.names import ModelInput
 from opcost.schemas import OPS, UNIQUE_OPS
 
@@ -237,10 +243,10 @@ class _Recorder(TorchFunctionMode):
         frame = self.stack.pop()
         if frame.module is not module:  # pragma: no cover - would be a torch bug
             raise ExtractionError("module call stack out of order")
-        if frame.called_child:
+        cls = type(module)
+        if frame.called_child or (frame.pending and _composite(module)):
             self.found.extend(frame.pending)
             return
-        cls = type(module)
         spec = specs.make_spec(
             "module",
             specs.qualified_name(cls),
@@ -268,6 +274,16 @@ class _Recorder(TorchFunctionMode):
                 else:
                     self.stack[-1].pending.append((index, spec))
         return result
+
+
+def _composite(module: torch.nn.Module) -> bool:
+    """Whether a module that called none of its children is the calls it made rather than
+    an operation: it owns child modules (it computes with their parameters without calling
+    them) and its type is of no op family (:func:`opcost.model.op_spec.family_of`), as
+    torchvision's ``ShiftedWindowAttention``; ``nn.MultiheadAttention`` is an attention."""
+    return family_of(specs.qualified_name(type(module))) == "other" and any(
+        True for _ in module.children()
+    )
 
 
 #: Convolutions: on CPU and CUDA their output takes the memory format of their input

@@ -25,8 +25,10 @@ MODES = ("inference", "training")
 #: parameter, so a version that records more reruns extraction; only ops whose spec
 #: changed get a new op_id and are profiled. 2: one tensor passed several times is one
 #: input; strides of non-contiguous inputs; convolutions on meta keep their input's
-#: memory format. Here, not in opcost.spec, so that reading it imports no torch.
-SPEC_VERSION = 2
+#: memory format. 3: a module of no op family that owns child modules but called none of
+#: them is the torch calls it made (opcost.extract). Here, not in opcost.spec, so that
+#: reading it imports no torch.
+SPEC_VERSION = 3
 
 #: Plausible locked SM clocks, MHz. The supported graphics clocks of current NVIDIA
 #: datacenter and desktop GPUs lie inside: the lowest are a few hundred MHz (A100's list
