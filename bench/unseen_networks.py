@@ -1,18 +1,20 @@
 """Networks in no study, predicted by the op models alone, against real H100 and H200 runs.
 
-    python bench/unseen_networks.py [--traces tests/data/unseen_networks/traces.tar.gz]
+    python bench/unseen_networks.py [--traces tests/data/unseen_networks/traces*.tar.gz]
                                     [--op-models results/op-models] [--csv out.csv]
 
-The traces (``experiments/graph_networks.py --models ...``: ten torchvision networks that
-no study of this project profiles, at batch 1, 8 and 64, both modes, each GPU in one run
-on one host) hold each network's eager step (``wall_time_s``, with the host's probe) and
-its step replayed from a CUDA graph (``graph_time_s``, ``graph_energy_j``). Each network
-is extracted here and predicted as ``opcost predict --op-models`` does
-(:func:`opcost.predict_replay.replay_networks`): from a graph (``graph_time_s``,
-``graph_energy_j``), and eagerly for the traced host's probe (``time_s``). The op models
-never saw an op of a network. Prints, per GPU configuration and mode, the MAPE and the
-median signed miss of each, per batch, and the choice between the H100 and the H200 from
-a graph against the measured one.
+The traces (``experiments/graph_networks.py --models ...``: ten torchvision networks that no
+study of this project profiles, at batch 1, 8 and 64, both modes, each GPU configuration in
+one run on one host; one or more tarballs, by default every ``traces*.tar.gz`` of
+``tests/data/unseen_networks``) hold each network's eager step (``wall_time_s``, with the
+host's probe) and its step replayed from a CUDA graph (``graph_time_s``,
+``graph_energy_j``). Each network is extracted here and predicted as ``opcost predict
+--op-models`` does (:func:`opcost.predict_replay.replay_networks`): from a graph
+(``graph_time_s``, ``graph_energy_j``), and eagerly for the traced host's probe
+(``time_s``). The op models never saw an op of a network. Prints, per GPU configuration and
+mode, the MAPE and the median signed miss of each, per batch, and the choice between the
+H100 and the H200 from a graph against the measured one, for each TF32 setting traced on
+both GPUs.
 """
 
 from __future__ import annotations
@@ -37,12 +39,14 @@ from opcost.validate.predictions import choice_scores, configuration_choice
 REPO = Path(__file__).resolve().parents[1]
 
 
-def measured(traces: Path) -> pd.DataFrame:
-    """One row per traced network, GPU configuration and mode whose step was captured."""
+def measured(traces: list[Path]) -> pd.DataFrame:
+    """One row per traced network, GPU configuration and mode whose step was captured, from
+    every tarball of ``traces``."""
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        with tarfile.open(traces) as tar:
-            tar.extractall(tmp, filter="data")
+        for tarball in traces:
+            with tarfile.open(tarball) as tar:
+                tar.extractall(tmp, filter="data")
         for path in sorted(Path(tmp).glob("*/*/*/traces/networks/*.json")):
             r = json.loads(path.read_text())
             if r.get("status") != "ok" or r.get("graph_status") != "ok":
@@ -128,24 +132,34 @@ def report(t: pd.DataFrame) -> None:
 
 def choice(t: pd.DataFrame, margin: float = 0.05) -> None:
     """From a graph, the H100 or the H200: right where the measured margin exceeds 5 %?
-    (:func:`opcost.validate.predictions.configuration_choice` and its scores.)"""
+    (:func:`opcost.validate.predictions.configuration_choice` and its scores.) Among the
+    configurations of one TF32 setting (``h100``, ``h200``; ``h100-notf32``,
+    ``h200-notf32``), where more than one GPU was traced."""
     graph = t.rename(
         columns={"graph_time_s": "time_s", "pred_graph_time_s": "time_pred_s",
                  "graph_energy_j": "energy_j", "pred_graph_energy_j": "energy_pred_j"}
     ).assign(setting="default")  # fmt: skip
-    picks = configuration_choice(graph)
-    for what, s in choice_scores(picks, margin).items():
-        print(
-            f"choice of GPU, {what}: {s['clear']} clear cases of {len(picks)}, right "
-            f"{s['right']}; baseline 'always {s['constant']}' right {s['constant_right']}; "
-            f"in the {s['missed']} cases it misses, right {s['right_where_missed']}"
-        )
+    numerics = graph["gpu"].str.partition("-")[2]
+    for variant, part in graph.groupby(numerics):
+        if part["gpu"].nunique() < 2:
+            continue
+        picks = configuration_choice(part)
+        for what, s in choice_scores(picks, margin).items():
+            print(
+                f"choice of GPU{f' ({variant})' if variant else ''}, {what}: {s['clear']} "
+                f"clear cases of {len(picks)}, right "
+                f"{s['right']}; baseline 'always {s['constant']}' right {s['constant_right']}; "
+                f"in the {s['missed']} cases it misses, right {s['right_where_missed']}"
+            )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--traces", type=Path, default=REPO / "tests/data/unseen_networks/traces.tar.gz"
+        "--traces",
+        type=Path,
+        nargs="+",
+        default=sorted((REPO / "tests/data/unseen_networks").glob("traces*.tar.gz")),
     )
     parser.add_argument("--op-models", type=Path, default=REPO / "results/op-models")
     parser.add_argument(

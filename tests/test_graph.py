@@ -190,6 +190,48 @@ def test_the_unseen_networks_were_traced_eagerly_and_from_a_graph(unseen):
         assert r["graph_gpu_time_s"] == pytest.approx(r["gpu_time_s"], rel=0.1)
 
 
+def _graph_kernels_are_the_eager_ones(r: dict) -> None:
+    """The graph's kernels are the eager step's: their GPU time agrees within 10 %, where
+    they run one at a time. With TF32 off, cuDNN runs grouped convolutions on several
+    streams at once (busy less than 0.95 of the kernels' summed time: regnet_y_800mf and
+    resnext50_32x4d at batch 8 and 64), and in a graph the concurrent kernels each run up
+    to a third longer."""
+    if r["gpu_busy_time_s"] >= 0.95 * r["gpu_time_s"]:
+        assert r["graph_gpu_time_s"] == pytest.approx(r["gpu_time_s"], rel=0.1), r["model_input"]
+    else:
+        assert 0.9 * r["gpu_time_s"] <= r["graph_gpu_time_s"] <= 1.35 * r["gpu_time_s"]
+
+
+UNSEEN_NOTF32 = ROOT / "tests" / "data" / "unseen_networks" / "traces_notf32.tar.gz"
+
+
+def test_the_unseen_networks_with_tf32_off_on_the_h100(tmp_path):
+    # The same 10 networks x 3 batches x 2 modes on an H100 with TF32 off (2026-11-27).
+    records = _network_records(UNSEEN_NOTF32, tmp_path)
+    assert len(records) == 10 * 3 * 2
+    assert {(r["gpu"], r["tf32"], r["gpu_name"]) for r in records} == {
+        ("h100-notf32", False, "NVIDIA H100 80GB HBM3")
+    }
+    failed = sorted((r["mode"], r["model_input"]) for r in records if r["status"] != "ok")
+    assert failed == [(mode, "maxvit_t_64x3x224x224") for mode in ("inference", "training")]
+    ok = [r for r in records if r["status"] == "ok"]
+    for r in ok:
+        assert r["graph_status"] == "ok", r["model_input"]
+        assert 60 < r["graph_power_w"] < 1.1 * 700, r["model_input"]
+        assert r["graph_time_s"] <= r["wall_time_s"] * 1.02, r["model_input"]
+        _graph_kernels_are_the_eager_ones(r)
+    # TF32 off runs the float32 products on the FP32 units: vgg16 at batch 64, GPU-bound,
+    # takes longer than with TF32 on (the H100 of 2026-11-25).
+    on = {
+        (r["gpu"], r["mode"], r["model_input"]): r
+        for r in _network_records(UNSEEN, tmp_path / "on")
+    }
+    for mode in ("inference", "training"):
+        off = next(r for r in ok if (r["mode"], r["model_input"]) == (mode, "vgg16_64x3x224x224"))
+        h100_on = on[("h100", mode, "vgg16_64x3x224x224")]
+        assert off["graph_time_s"] > 1.5 * h100_on["graph_time_s"]
+
+
 BLIND = ROOT / "tests" / "data" / "blind_networks" / "traces.tar.gz"
 
 
@@ -204,3 +246,15 @@ def test_the_blind_networks_were_traced_eagerly_and_from_a_graph(tmp_path):
         assert 60 < r["graph_power_w"] < 1.1 * 700, r["model_input"]
         assert r["graph_time_s"] <= r["wall_time_s"] * 1.02, (r["gpu"], r["model_input"])
         assert r["graph_gpu_time_s"] == pytest.approx(r["gpu_time_s"], rel=0.1)
+
+
+def test_the_blind_networks_with_tf32_off_on_the_h100(tmp_path):
+    # The same 6 networks x 3 batches x 2 modes on an H100 with TF32 off (2026-11-27).
+    records = _network_records(BLIND.with_name("traces_notf32.tar.gz"), tmp_path)
+    assert len(records) == 6 * 3 * 2
+    assert {(r["gpu"], r["tf32"]) for r in records} == {("h100-notf32", False)}
+    for r in records:
+        assert r["status"] == "ok", r["model_input"]
+        assert r["graph_status"] == "ok", r["model_input"]
+        assert r["graph_time_s"] <= r["wall_time_s"] * 1.02, r["model_input"]
+        _graph_kernels_are_the_eager_ones(r)
