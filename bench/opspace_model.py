@@ -2,6 +2,8 @@
 sampled configurations and on the networks of the shipped studies, which they never saw.
 
     python bench/opspace_model.py [GPU ...] [--regressors random_forest,extra_trees,...]
+                                  [--budget-min M] [--budget-order measured|random]
+                                  [--save-models DIR]
 
 Per GPU configuration (data/op-space/{gpu}; a TF32-off one takes the families it lacks
 from its TF32-on twin):
@@ -31,6 +33,13 @@ from its TF32-on twin):
    configuration compared (measured: the network's GPU kernel time at least its host
    time), where the choice of GPU decides the time.
 
+``--budget-min M`` trains on what ``M`` minutes of each configuration's measuring hold
+(the held-out samples stay the whole study's): what a study of ``M`` GPU-minutes per
+configuration buys; ``--budget-order measured`` keeps the rows measured first (the study
+stopped early), ``random`` op ids at random (every round thinned alike).
+``--save-models DIR`` writes the fitted op models for ``bench/unseen_networks.py
+--op-models DIR``.
+
 ``--out DIR`` writes ``ops.csv`` (held-out samples and network ops: family, measured and
 predicted GPU time) and ``networks.csv``; ``--figures DIR`` draws both (PNG).
 """
@@ -48,6 +57,7 @@ import pandas as pd
 from opcost import replay as rp
 from opcost.config import schema_defaults
 from opcost.model import op_tables, opmodel
+from opcost.model.opmodel_format import save_op_model
 from opcost.predict_replay import replay_networks
 from opcost.train import TrainConfig, make_regressor
 from opcost.validate.predictions import choice_scores, configuration_choice
@@ -58,24 +68,33 @@ REPO = Path(__file__).resolve().parents[1]
 STUDIES = ("hopper", "hopper-large")
 #: A measured best that wins by less than this is a tie: the choice is not scored there.
 CLEAR_MARGIN = 0.05
+#: A study's budget: ``(minutes per configuration, order)``
+#: (opcost.model.op_tables.within_budget), or None for the whole study.
+Budget = tuple[float, str] | None
 
 
 @cache
-def load(gpu: str) -> pd.DataFrame:
+def load(gpu: str, budget: Budget = None) -> pd.DataFrame:
+    """A configuration's op-space table; with a ``budget``, only the rows that many
+    minutes of its measuring hold (opcost.model.op_tables.within_budget)."""
     files = sorted(glob.glob(str(REPO / f"data/op-space/{gpu}/*.parquet")))
-    return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+    table = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+    return table if budget is None else op_tables.within_budget(table, *budget)
 
 
-def sources(gpu: str, pool: bool) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
+def sources(
+    gpu: str, pool: bool, budget: Budget = None
+) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
     """``(twin, peers)`` as ``snakemake op_models`` gives them to the op models of ``gpu``
     (opcost.workflow.op_space_data_inputs: with ``pool``, the other GPUs' tables of the
     same TF32 setting, and the twin's with its peers'), each configuration's table as
-    :func:`load` reads it."""
+    :func:`load` reads it, within ``budget`` each."""
     inputs = op_space_data_inputs(REPO / "data/op-space", gpu, pool)
 
     def tables(paths: list[str]) -> pd.DataFrame | None:
         names = list(dict.fromkeys(Path(p).parent.name for p in paths))
-        return pd.concat([load(n) for n in names], ignore_index=True) if names else None
+        tables_ = [load(n, budget) for n in names]
+        return pd.concat(tables_, ignore_index=True) if names else None
 
     return tables(inputs["twin"]), tables(inputs["peers"])
 
@@ -92,11 +111,17 @@ def maker(regressor: str):
     return lambda: make_regressor(cfg, n_jobs=2)
 
 
-def held_out(gpu: str, regressors: list[str], pool: bool = True) -> pd.DataFrame:
-    table, (twin, peers) = load(gpu), sources(gpu, pool)
-    ids = table["op_id"].unique()
+def held_out(
+    gpu: str, regressors: list[str], pool: bool = True, budget: Budget = None
+) -> pd.DataFrame:
+    """GPU time of the held-out op ids (20 % of the whole study's, seed 0), predicted by
+    the models fitted on the rest (within ``budget`` of each configuration), and by
+    the thesis's baseline."""
+    whole = load(gpu)
+    table, (twin, peers) = load(gpu, budget), sources(gpu, pool, budget)
+    ids = whole["op_id"].unique()
     hold = set(np.random.default_rng(0).choice(ids, len(ids) // 5, replace=False))
-    test = op_tables.training_rows(table[table["op_id"].isin(hold)])
+    test = op_tables.training_rows(whole[whole["op_id"].isin(hold)])
     test = test[test["gpu_time_s"] > 0]
     rest = lambda t: None if t is None else t[~t["op_id"].isin(hold)]  # noqa: E731
     out = []
@@ -121,19 +146,22 @@ def held_out(gpu: str, regressors: list[str], pool: bool = True) -> pd.DataFrame
     return pd.concat(out, ignore_index=True)
 
 
-def held_out_power(gpu: str, regressor: str, folds: int = 5, pool: bool = True) -> pd.DataFrame:
-    """Busy power of every power window, predicted by the models fitted without its op id:
-    the op ids with a window in ``folds`` random folds (seed 0), one fit per fold
-    (opcost.model.opmodel.busy_power_errors)."""
-    table, (twin, peers) = load(gpu), sources(gpu, pool)
-    windowed = opmodel.power_windows(op_tables.training_rows(table))["op_id"].unique()
+def held_out_power(
+    gpu: str, regressor: str, folds: int = 5, pool: bool = True, budget: Budget = None
+) -> pd.DataFrame:
+    """Busy power of every power window, predicted by the models fitted without its op id
+    (within ``budget`` of each configuration): the op ids with a window in ``folds``
+    random folds (seed 0), one fit per fold (opcost.model.opmodel.busy_power_errors)."""
+    whole = load(gpu)
+    table, (twin, peers) = load(gpu, budget), sources(gpu, pool, budget)
+    windowed = opmodel.power_windows(op_tables.training_rows(whole))["op_id"].unique()
     order = np.random.default_rng(0).permutation(windowed)
     out = []
     for k in range(folds):
         hold = set(order[k::folds])
         rest = lambda t, h=hold: None if t is None else t[~t["op_id"].isin(h)]  # noqa: E731
         model = opmodel.fit(rest(table), gpu, maker(regressor), twin=rest(twin), peers=rest(peers))
-        test = op_tables.training_rows(table[table["op_id"].isin(hold)])
+        test = op_tables.training_rows(whole[whole["op_id"].isin(hold)])
         out.append(opmodel.busy_power_errors(model, test))
     return pd.concat(out, ignore_index=True).assign(gpu=gpu)
 
@@ -281,11 +309,31 @@ def main() -> None:
     parser.add_argument("--power-folds", type=int, default=5)
     parser.add_argument("--out", type=Path, help="write ops.csv and networks.csv here")
     parser.add_argument("--figures", type=Path, help="draw the two figures (PNG) here")
+    parser.add_argument(
+        "--budget-min",
+        type=float,
+        help="train on what this many minutes of each configuration's measuring hold "
+        "(the held-out samples stay those of the whole study)",
+    )
+    parser.add_argument(
+        "--budget-order",
+        choices=("measured", "random"),
+        default="measured",
+        help="measured: the rows measured first (the study stopped early); random: op ids "
+        "at random, every round thinned alike",
+    )
+    parser.add_argument(
+        "--save-models",
+        type=Path,
+        help="write each configuration's op models, fitted on all its samples, to DIR/GPU "
+        "(for bench/unseen_networks.py --op-models DIR)",
+    )
     args = parser.parse_args()
+    budget = None if args.budget_min is None else (args.budget_min, args.budget_order)
     regs = args.regressors.split(",")
     all_nets, all_ops = [], []
     for gpu in args.gpus:
-        h = held_out(gpu, regs, not args.no_pool)
+        h = held_out(gpu, regs, not args.no_pool, budget)
         all_ops.append(h[h["model"] == regs[0]].assign(source="held-out samples"))
         print(f"\n== {gpu}: held-out sampled configurations, GPU time ==")
         print(
@@ -298,7 +346,7 @@ def main() -> None:
             print(f"{name:45s} median |err| {100 * g['err'].abs().median():5.1f} %  "
                   f"MAPE {100 * g['err'].abs().mean():5.1f} %")  # fmt: skip
         if not args.no_power:
-            w = held_out_power(gpu, regs[0], args.power_folds, not args.no_pool)
+            w = held_out_power(gpu, regs[0], args.power_folds, not args.no_pool, budget)
             print(f"\n== {gpu}: held-out power windows ({args.power_folds}-fold by op id), "
                   f"busy power, {regs[0]} ==")  # fmt: skip
             print(
@@ -310,8 +358,13 @@ def main() -> None:
             a = w["err"].abs()
             print(f"busy power, all windows: n={len(w)}  median |err| {100 * a.median():5.1f} %  "
                   f"MAPE {100 * a.mean():5.1f} %")  # fmt: skip
-        twin, peers = sources(gpu, not args.no_pool)
-        model = opmodel.fit(load(gpu), gpu, maker(regs[0]), twin=twin, peers=peers)
+        twin, peers = sources(gpu, not args.no_pool, budget)
+        own = load(gpu, budget)
+        print(f"{gpu}: {own['op_id'].nunique()} sampled configurations, "
+              f"{own['measure_s'].sum() / 60:.1f} min of measuring")  # fmt: skip
+        model = opmodel.fit(own, gpu, maker(regs[0]), twin=twin, peers=peers)
+        if args.save_models:
+            save_op_model(model, args.save_models / gpu)
         ops, nets = networks(gpu, model)
         all_ops.append(ops.assign(source="network ops"))
         k = ops[ops["measured_s"] > 0]

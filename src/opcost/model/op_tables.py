@@ -5,7 +5,8 @@ configuration measures only the families TF32 changes and takes the rest from it
 *twin* (:func:`twin_of`: the same GPU and dtype with TF32 on); with
 ``op_space.model.pool_gpus`` it also learns from its *peers* (:func:`peers_of`: the other
 GPUs' configurations of the same numerics), the configurations only they measured
-(:func:`pooled_rows`). :func:`training_rows` keeps the usable samples of any of them.
+(:func:`pooled_rows`). :func:`training_rows` keeps the usable samples of any of them;
+:func:`within_budget` the samples a study stopped after so many GPU-minutes would hold.
 """
 
 from __future__ import annotations
@@ -28,6 +29,33 @@ def training_rows(table: pd.DataFrame) -> pd.DataFrame:
     for c in ("sm_clock_mhz", "mem_clock_mhz", "power_limit_w"):
         rows[c] = np.nan
     return rows.reset_index(drop=True)
+
+
+def within_budget(
+    table: pd.DataFrame, minutes: float, order: str = "measured", seed: int = 0
+) -> pd.DataFrame:
+    """The rows a configuration's study would hold had it measured for ``minutes`` only,
+    kept while the sum of their ``measure_s`` stays within the budget. ``order``:
+    ``"measured"``, the rows in the order they finished (``finished_unix_s``): the study
+    stopped after that long, its adaptive rounds in the order they ran; ``"random"``,
+    its op ids in a random order (``seed``), each with all its rows: every round thinned
+    alike, the same design at a smaller size.
+
+    Raises:
+        ValueError: ``minutes`` negative or not a number, or an unknown ``order``.
+    """
+    if not (isinstance(minutes, int | float) and minutes >= 0):
+        raise ValueError(f"a budget of {minutes!r} minutes: expected a number >= 0")
+    cost_s = table["measure_s"].to_numpy(dtype=float)
+    if order == "measured":
+        rows = table["finished_unix_s"].to_numpy(dtype=float).argsort(kind="stable")
+        return table.iloc[np.sort(rows[cost_s[rows].cumsum() <= 60.0 * minutes])]
+    if order != "random":
+        raise ValueError(f"budget order {order!r}: expected 'measured' or 'random'")
+    per_op = pd.Series(cost_s, index=table.index).groupby(table["op_id"].to_numpy()).sum()
+    shuffled = per_op.iloc[np.random.default_rng(seed).permutation(len(per_op))]
+    kept = shuffled.index[shuffled.cumsum().to_numpy() <= 60.0 * minutes]
+    return table[table["op_id"].isin(set(kept))]
 
 
 def read_chunks(paths: list[str]) -> pd.DataFrame:
