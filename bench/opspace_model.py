@@ -93,8 +93,9 @@ def sources(
 
     def tables(paths: list[str]) -> pd.DataFrame | None:
         names = list(dict.fromkeys(Path(p).parent.name for p in paths))
-        tables_ = [load(n, budget) for n in names]
-        return pd.concat(tables_, ignore_index=True) if names else None
+        if not names:
+            return None
+        return pd.concat([load(n, budget) for n in names], ignore_index=True)
 
     return tables(inputs["twin"]), tables(inputs["peers"])
 

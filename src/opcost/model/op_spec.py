@@ -100,8 +100,9 @@ _BY_NAME: dict[str, str] = {
         "activation",
     ),
     **dict.fromkeys(("add", "mul", "sub", "div", "truediv", "mean", "sum"), "elementwise"),
-    **dict.fromkeys(("masked_fill",), "elementwise"),
-    **dict.fromkeys(("stochasticdepth", "stochastic_depth", "neg", "pow"), "elementwise"),
+    **dict.fromkeys(
+        ("stochasticdepth", "stochastic_depth", "neg", "pow", "masked_fill"), "elementwise"
+    ),
     **dict.fromkeys(("softmax", "log_softmax", "logsoftmax"), "softmax"),
     **dict.fromkeys(("dropout", "dropout1d", "dropout2d", "dropout3d"), "dropout"),
     **dict.fromkeys(("alpha_dropout", "alphadropout", "feature_alpha_dropout"), "dropout"),
