@@ -793,6 +793,54 @@ def test_a_power_window_graph_holds_a_millisecond_of_kernels(step_gpu_s, repeats
     assert om.graph_repeats(step_gpu_s) == repeats
 
 
+@pytest.mark.parametrize(
+    ("long_step_s", "expected"),
+    [(math.inf, (om.WARMUP_STEPS, om.TRACE_STEPS, om.HOST_REPEATS)), (0.0, om.LONG_REPEATS)],
+)
+def test_a_long_step_is_warmed_traced_and_timed_fewer_times(monkeypatch, long_step_s, expected):
+    """Steps counted where they run: a short step keeps 3 warm-up steps, 4 traced ones
+    and 5 host bursts; one at least ``LONG_STEP_S`` long 2, 2 and 3."""
+    assert (om.WARMUP_STEPS, om.TRACE_STEPS, om.HOST_REPEATS) == (3, 4, 5)
+    assert om.LONG_REPEATS == (2, 2, 3)
+    assert om.repeats(om.LONG_STEP_S) == om.LONG_REPEATS
+    assert om.repeats(om.LONG_STEP_S * 0.99) == (3, 4, 5)
+    monkeypatch.setattr(om, "LONG_STEP_S", long_step_s)
+    count = {"steps": 0, "traced": None, "bursts": None}
+    prepare, profile_, host_times = harness.prepare_op, om.tracing._profile, om.tracing._host_times
+
+    def counted_prepare(*a, **k):
+        workload = prepare(*a, **k)
+        step = workload.step
+
+        def counted_step():
+            count["steps"] += 1
+            step()
+
+        workload.step = counted_step
+        return workload
+
+    def counted_profile(workload, device, annotator, steps):
+        count["traced"] = steps
+        return profile_(workload, device, annotator, steps)
+
+    def counted_host_times(workload, device, burst, repeats):
+        count["bursts"] = repeats
+        return host_times(workload, device, burst, repeats)
+
+    monkeypatch.setattr(harness, "prepare_op", counted_prepare)
+    monkeypatch.setattr(om.tracing, "_profile", counted_profile)
+    monkeypatch.setattr(om.tracing, "_host_times", counted_host_times)
+    params = {"type": "function", "batch": 1, "heads": 1, "rows": 4, "cols": 16}
+    row = om.measure_one(opspace.build("softmax", params), harness.HarnessOptions(device="cpu"))
+    assert row["status"] == "ok"
+    warmup, traced, bursts = expected
+    assert count["traced"] == traced
+    assert count["bursts"] == bursts
+    # Inference: workload.step() runs the warm-up, the traced steps and the host bursts,
+    # of 8 steps each here (a CPU step launches no kernel: tracing.host_burst_steps).
+    assert count["steps"] == warmup + traced + 8 * bursts
+
+
 class _Clock:
     """An energy counter of a device drawing 100 W: mJ = 1e5 x seconds (perf_counter)."""
 

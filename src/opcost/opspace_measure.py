@@ -8,6 +8,11 @@ An op-space job (:func:`measure_chunk`) measures one chunk of the sampled config
   sum of a step's kernel durations on the device, which needs no 1-s window;
 * **host time**: the untraced time to issue one step (:func:`opcost.tracing._host_times`,
   ``HOST_REPEATS`` bursts);
+* a *long* step (its second warm-up step's wall time at least ``LONG_STEP_S``) repeats
+  least: ``LONG_REPEATS`` (:func:`repeats`) gives its warm-up steps, traced steps and
+  host bursts. Its kernel times vary by a few tenths of a per cent from step to step,
+  and its host time is small beside its GPU time, while its repeats are most of what
+  the study's GPU time buys;
 * **power**, for the configurations the samples mark ``power`` (spread evenly over each
   family's sequence): the NVML energy counter over a timed loop of at least
   ``POWER_WINDOW_S`` (the counter and the power reading update about every 100 ms: a
@@ -45,7 +50,12 @@ from opcost.io import read_parquet, write_parquet_atomic
 from opcost.peaks import measure_peaks
 
 WARMUP_STEPS = 3
+TRACE_STEPS = tracing.TRACE_STEPS
 HOST_REPEATS = 5
+#: A step at least this long (wall time, warm) is measured with ``LONG_REPEATS``.
+LONG_STEP_S = 10e-3
+#: (warm-up steps, traced steps, host bursts) of a long step.
+LONG_REPEATS = (2, 2, 3)
 POWER_WINDOW_S = 1.0
 #: GPU time of one CUDA-graph replay in a power window, and the most steps one holds.
 GRAPH_REPLAY_GPU_S = 1e-3
@@ -102,6 +112,15 @@ def _power_window(
     }
 
 
+def repeats(warm_step_s: float) -> tuple[int, int, int]:
+    """(warm-up steps, traced steps, host bursts) of a step whose second warm-up step took
+    ``warm_step_s`` of wall time: ``LONG_REPEATS`` from ``LONG_STEP_S`` up, else
+    ``WARMUP_STEPS``, ``TRACE_STEPS`` and ``HOST_REPEATS``."""
+    if warm_step_s >= LONG_STEP_S:
+        return LONG_REPEATS
+    return WARMUP_STEPS, TRACE_STEPS, HOST_REPEATS
+
+
 def graph_repeats(step_gpu_s: float) -> int:
     """Steps per CUDA graph of a power window: enough for a replay to keep the GPU busy
     for ``GRAPH_REPLAY_GPU_S`` (the host issues a replay in a few microseconds, so the
@@ -153,14 +172,20 @@ def _measure(
     try:
         calls = workload.calls_per_step
         with workload.context(), harness._no_cyclic_gc():
-            for _ in range(WARMUP_STEPS):
+            workload.step()
+            harness._sync(device)
+            t0 = time.perf_counter()
+            workload.step()
+            harness._sync(device)
+            warmup, traced, host_repeats = repeats(time.perf_counter() - t0)
+            for _ in range(warmup - 2):
                 workload.step()
             harness._sync(device)
-        steps = kineto.steps(tracing._profile(workload, device, None))
+        steps = kineto.steps(tracing._profile(workload, device, None, traced))
         burst = tracing.host_burst_steps(statistics.median(s.n_kernels for s in steps))
         if statistics.median(s.gpu_s for s in steps) > 2e-3:
             burst = 1  # a long step: its host time is small beside it, keep it cheap
-        bursts = tracing._host_times(workload, device, burst, HOST_REPEATS)
+        bursts = tracing._host_times(workload, device, burst, host_repeats)
         row: dict[str, Any] = {
             "status": "ok",
             "failure_reason": None,

@@ -383,7 +383,10 @@ def _host_times(
 
 
 def _profile(
-    workload: harness.Workload, device: torch.device, annotator: CallAnnotator | None
+    workload: harness.Workload,
+    device: torch.device,
+    annotator: CallAnnotator | None,
+    steps: int = TRACE_STEPS,
 ) -> dict[str, Any]:
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
@@ -393,7 +396,7 @@ def _profile(
     with workload.context(), harness._no_cyclic_gc():
         harness._sync(device)
         with torch.profiler.profile(activities=activities) as prof:
-            for _ in range(TRACE_STEPS):
+            for _ in range(steps):
                 with rf(kineto.STEP):
                     if workload.forward_pass is not None:
                         with rf(kineto.FORWARD), annotate():
