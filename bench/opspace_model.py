@@ -3,7 +3,7 @@ sampled configurations and on the networks of the shipped studies, which they ne
 
     python bench/opspace_model.py [GPU ...] [--regressors random_forest,extra_trees,...]
                                   [--budget-min M] [--budget-order measured|random]
-                                  [--save-models DIR]
+                                  [--power-share F] [--save-models DIR]
 
 Per GPU configuration (data/op-space/{gpu}; a TF32-off one takes the families it lacks
 from its TF32-on twin):
@@ -37,6 +37,8 @@ from its TF32-on twin):
 (the held-out samples stay the whole study's): what a study of ``M`` GPU-minutes per
 configuration buys; ``--budget-order measured`` keeps the rows measured first (the study
 stopped early), ``random`` op ids at random (every round thinned alike).
+``--power-share F`` trains the busy power on a share ``F`` of the power windows (op ids
+at random, seed 1; the held-out windows stay all of them): what fewer windows cost.
 ``--save-models DIR`` writes the fitted op models for ``bench/unseen_networks.py
 --op-models DIR``.
 
@@ -147,14 +149,33 @@ def held_out(
     return pd.concat(out, ignore_index=True)
 
 
+def without_windows(table: pd.DataFrame | None, share: float) -> pd.DataFrame | None:
+    """``table`` as if only ``share`` of its op ids with a power window had one (the
+    others drawn at random, seed 1, lose their window's columns)."""
+    if table is None or share >= 1:
+        return table
+    windowed = table.loc[table["power_w"].notna(), "op_id"].unique()
+    drop = np.random.default_rng(1).permutation(windowed)[: round((1 - share) * len(windowed))]
+    out = table.copy()
+    out.loc[out["op_id"].isin(set(drop)), ["power_w", "power_window_s", "power_time_s"]] = np.nan
+    return out
+
+
 def held_out_power(
-    gpu: str, regressor: str, folds: int = 5, pool: bool = True, budget: Budget = None
+    gpu: str,
+    regressor: str,
+    folds: int = 5,
+    pool: bool = True,
+    budget: Budget = None,
+    power_share: float = 1.0,
 ) -> pd.DataFrame:
     """Busy power of every power window, predicted by the models fitted without its op id
-    (within ``budget`` of each configuration): the op ids with a window in ``folds``
-    random folds (seed 0), one fit per fold (opcost.model.opmodel.busy_power_errors)."""
+    (within ``budget`` of each configuration, on ``power_share`` of the windows): the op
+    ids with a window in ``folds`` random folds (seed 0), one fit per fold
+    (opcost.model.opmodel.busy_power_errors)."""
     whole = load(gpu)
     table, (twin, peers) = load(gpu, budget), sources(gpu, pool, budget)
+    table, twin, peers = (without_windows(t, power_share) for t in (table, twin, peers))
     windowed = opmodel.power_windows(op_tables.training_rows(whole))["op_id"].unique()
     order = np.random.default_rng(0).permutation(windowed)
     out = []
@@ -308,6 +329,12 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--no-power", action="store_true", help="skip the held-out busy power")
     parser.add_argument("--power-folds", type=int, default=5)
+    parser.add_argument(
+        "--power-share",
+        type=float,
+        default=1.0,
+        help="train the busy power on this share of the power windows (op ids at random)",
+    )
     parser.add_argument("--out", type=Path, help="write ops.csv and networks.csv here")
     parser.add_argument("--figures", type=Path, help="draw the two figures (PNG) here")
     parser.add_argument(
@@ -347,7 +374,9 @@ def main() -> None:
             print(f"{name:45s} median |err| {100 * g['err'].abs().median():5.1f} %  "
                   f"MAPE {100 * g['err'].abs().mean():5.1f} %")  # fmt: skip
         if not args.no_power:
-            w = held_out_power(gpu, regs[0], args.power_folds, not args.no_pool, budget)
+            w = held_out_power(
+                gpu, regs[0], args.power_folds, not args.no_pool, budget, args.power_share
+            )
             print(f"\n== {gpu}: held-out power windows ({args.power_folds}-fold by op id), "
                   f"busy power, {regs[0]} ==")  # fmt: skip
             print(
