@@ -58,7 +58,7 @@ import pandas as pd
 
 from opcost import replay as rp
 from opcost.config import schema_defaults
-from opcost.model import op_tables, opmodel
+from opcost.model import op_power, op_tables, opmodel
 from opcost.model.opmodel_format import save_op_model
 from opcost.predict_replay import replay_networks
 from opcost.train import TrainConfig, make_regressor
@@ -172,11 +172,11 @@ def held_out_power(
     """Busy power of every power window, predicted by the models fitted without its op id
     (within ``budget`` of each configuration, on ``power_share`` of the windows): the op
     ids with a window in ``folds`` random folds (seed 0), one fit per fold
-    (opcost.model.opmodel.busy_power_errors)."""
+    (opcost.model.op_power.busy_power_errors)."""
     whole = load(gpu)
     table, (twin, peers) = load(gpu, budget), sources(gpu, pool, budget)
     table, twin, peers = (without_windows(t, power_share) for t in (table, twin, peers))
-    windowed = opmodel.power_windows(op_tables.training_rows(whole))["op_id"].unique()
+    windowed = op_power.power_windows(op_tables.training_rows(whole))["op_id"].unique()
     order = np.random.default_rng(0).permutation(windowed)
     out = []
     for k in range(folds):
@@ -184,7 +184,7 @@ def held_out_power(
         rest = lambda t, h=hold: None if t is None else t[~t["op_id"].isin(h)]  # noqa: E731
         model = opmodel.fit(rest(table), gpu, maker(regressor), twin=rest(twin), peers=rest(peers))
         test = op_tables.training_rows(whole[whole["op_id"].isin(hold)])
-        out.append(opmodel.busy_power_errors(model, test))
+        out.append(op_power.busy_power_errors(model, test))
     return pd.concat(out, ignore_index=True).assign(gpu=gpu)
 
 

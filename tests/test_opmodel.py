@@ -16,10 +16,10 @@ import pandas as pd
 import pytest
 
 from opcost.config import schema_defaults
-from opcost.model import op_tables, opmodel, shapes
+from opcost.model import op_power, op_tables, opmodel, shapes
 from opcost.model import roofline as rl
 from opcost.train import TrainConfig, make_regressor
-from opcost.validate.replay import busy_power_w, waiting_power_w
+from opcost.validate.replay import WAIT_SHARE, busy_power_w, waiting_power_w
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "op-space"
 
@@ -264,7 +264,7 @@ def test_busy_power_is_learnt_only_from_windows_the_kernels_keep_busy() -> None:
     # A window busy 10-50 % of its time: changing its power changes no busy prediction.
     h100 = _load("h100")
     share = h100["gpu_time_s"] / h100["power_time_s"]
-    mid = h100["power_w"].notna() & share.between(opmodel.WAIT_SHARE, opmodel.BUSY_SHARE * 0.999)
+    mid = h100["power_w"].notna() & share.between(WAIT_SHARE, op_power.BUSY_SHARE * 0.999)
     assert mid.any()
     noisy = h100.assign(power_w=h100["power_w"].where(~mid, 5000.0))
     ops = h100[["spec", "mode", "op_type"]].head(40)
@@ -282,7 +282,7 @@ def test_a_windows_busy_power_counts_the_time_its_kernels_keep_the_gpu_busy() ->
             "gpu_busy_time_s": [0.5, np.nan],  # overlapping kernels; not recorded
         }
     )
-    busy = opmodel.window_busy_power_w(windows, 100.0)
+    busy = op_power.window_busy_power_w(windows, 100.0)
     # (300 * 1 - 100 * (1 - 0.5)) / 0.5 and (300 * 1 - 100 * (1 - 0.8)) / 0.8.
     np.testing.assert_allclose(busy, [500.0, 350.0])
 
@@ -294,7 +294,7 @@ def test_busy_power_knows_how_much_of_the_gpu_a_convolution_fills() -> None:
     median (models as shipped); without the shape it predicted about 400 W (twice), as
     for a full GPU."""
     model = opmodel.fit(_load("h100-notf32"), "h100-notf32", _make_shipped)
-    assert set(shapes.SHAPE_FEATURES) <= set(opmodel.power_columns(model.power_families))
+    assert set(shapes.SHAPE_FEATURES) <= set(op_power.power_columns(model.power_families))
     repo = DATA.parents[1]
     ops = pd.read_parquet(repo / "data/hopper/ops/alexnet_1x3x224x224.parquet")
     d = pd.read_parquet(repo / "data/hopper/h100-notf32/dataset/h100-notf32.parquet")

@@ -18,6 +18,8 @@ The op models (learnt from the op-space study; docs/op-space.md):
 * :mod:`opcost.model.roofline`: an op's FLOPs and DRAM bytes, and its roofline time.
 * :mod:`opcost.model.shapes`: its shape features (the matrix product it amounts to).
 * :mod:`opcost.model.op_tables`: the op-space tables a GPU configuration learns from.
+* :mod:`opcost.model.op_power`: their busy power: the windows it learns from, its
+  features and fit.
 * :mod:`opcost.model.opmodel`: the op models of a configuration: fit and predict.
 * :mod:`opcost.model.opmodel_format`: their directory: save, load, verify.
 

@@ -26,13 +26,8 @@ data):
 * **host time** per call (``log``), relative to the host-speed probe of the chunk it was
   measured in, so that a prediction can be for another host
   (``host_time = ratio * probe``);
-* **busy power**: from the samples with a power window, the power while kernels run,
-  ``(P t - P_wait (t - g)) / g`` with ``g`` the busy time where recorded, else the GPU
-  time (:func:`opcost.validate.replay.busy_power_w`), learnt as its log, one
-  model over all families (features: family, mode, log arithmetic intensity, predicted
-  efficiency, time per kernel and the op's shape features, which tell how much of the
-  GPU its grid fills); ``P_wait`` is the median window power of samples busy less than 10 % of
-  the time, else the idle power.
+* **busy power**: the power while kernels run, one model over all families, learnt
+  from the samples with a power window (:mod:`opcost.model.op_power`).
 
 Views (no kernels) take GPU time 0. A family the op space lacks for a configuration (a
 TF32-off configuration measures only the TF32 families; the rest is its twin's, see
@@ -51,13 +46,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from opcost.model import op_power, shapes
 from opcost.model import roofline as rl
-from opcost.model import shapes
 from opcost.model.features import FeatureSchema, build_schema, encode_features
 from opcost.model.op_spec import family_of
 from opcost.model.op_tables import pooled_rows, training_rows
 from opcost.model.trees import TreeEnsemble
-from opcost.validate.replay import WAIT_SHARE
 
 #: Families without kernels: GPU time 0.
 NO_KERNEL_FAMILIES = ("view",)
@@ -77,17 +71,11 @@ AUXILIARY_TREES_DIVISOR = 4
 AUXILIARY_MIN_TREES = 6
 #: The feature column of a family model that holds the log of the roofline time.
 LOG_ROOFLINE = "log_roofline_time_s"
-#: The least share of a power window its kernels keep the GPU busy for the window to teach
-#: busy power: below it, the busy power derived from the window's mean power amplifies
-#: that power's noise more than twice.
-BUSY_SHARE = 0.5
 #: Size features whose sampled range an op is checked against (``FamilyModel.outside``):
 #: the matrix product it amounts to (rows and reduction length of norms and softmax).
 RANGE_FEATURES = ("log_gemm_m", "log_gemm_n", "log_gemm_k")
 #: Tolerance of that check, in log units (5 %).
 RANGE_SLACK = math.log(1.05)
-#: Features of the power model besides the family's one-hot.
-_POWER_FEATURES = ("training", "log_intensity", "efficiency", "log_kernel_s")
 
 
 @dataclass
@@ -216,15 +204,7 @@ class OpModel:
     def _busy_power(self, out: pd.DataFrame, rows: pd.DataFrame) -> np.ndarray:
         if self.power_fit is None:
             return np.full(len(out), np.nan)
-        x = _power_x(
-            out["family"],
-            rows["mode"],
-            _intensity(rows),
-            out["efficiency"],
-            _kernel_s(out),
-            rows["spec"],
-        )
-        x = x.reindex(columns=power_columns(self.power_families), fill_value=0.0)
+        x = op_power.features(out["family"], rows, out, self.power_families)
         return np.exp(self.power_fit.predict(x))
 
 
@@ -279,42 +259,6 @@ def _with_conditions(ops: pd.DataFrame, meta: dict[str, Any]) -> pd.DataFrame:
     return rows
 
 
-def _intensity(rows: pd.DataFrame) -> np.ndarray:
-    works = [rl.op_work(json.loads(s), m) for s, m in zip(rows["spec"], rows["mode"], strict=True)]
-    return np.array([w.flops / w.bytes if w.bytes > 0 else 0.0 for w in works])
-
-
-def power_columns(families: tuple[str, ...]) -> list[str]:
-    return [f"family[{f}]" for f in families] + list(_POWER_FEATURES) + list(shapes.SHAPE_FEATURES)
-
-
-def _power_x(
-    family: pd.Series,
-    mode: pd.Series,
-    intensity: np.ndarray,
-    efficiency: pd.Series,
-    kernel_s: pd.Series,
-    specs: pd.Series,
-) -> pd.DataFrame:
-    x = pd.get_dummies(family.to_numpy(), prefix="family", prefix_sep="[").astype(float)
-    x.columns = [f"{c}]" for c in x.columns]
-    x["training"] = (mode.to_numpy() == "training").astype(float)
-    x["log_intensity"] = np.log1p(intensity)
-    x["efficiency"] = efficiency.to_numpy()
-    # A kernel of a few microseconds ends before the GPU's power rises as far as a long
-    # one's.
-    x["log_kernel_s"] = np.log(np.clip(kernel_s.to_numpy(dtype=float), 1e-7, None))
-    # How much of the GPU a kernel's grid fills: a convolution of one image in float32
-    # runs on few SMs and draws little more than idle power for as long as it runs.
-    x[list(shapes.SHAPE_FEATURES)] = shapes.shape_matrix(specs)
-    return x
-
-
-def _kernel_s(pred: pd.DataFrame) -> pd.Series:
-    """The predicted GPU time per kernel."""
-    return pred["gpu_time_s"] / pred["n_kernels"].clip(lower=1.0)
-
-
 # -- fitting --------------------------------------------------------------------------------
 
 
@@ -357,18 +301,8 @@ def _targets(rows: pd.DataFrame, roof: np.ndarray, floor_s: float) -> dict[str, 
                 rows["forward_host_time_s"].to_numpy(), rows["host_time_s"].to_numpy()
             ),
             "fwd_k": share(rows["forward_n_kernels"].to_numpy(), rows["n_kernels"].to_numpy()),
-            "busy": np.log(np.clip(_busy_share(rows), None, 1.0)),
+            "busy": np.log(np.clip(op_power.busy_share(rows), None, 1.0)),
         }
-
-
-def _busy_share(rows: pd.DataFrame) -> np.ndarray:
-    """Each sample's busy time over its summed kernel time; NaN where not recorded."""
-    if "gpu_busy_time_s" not in rows:
-        return np.full(len(rows), np.nan)
-    g = rows["gpu_time_s"].to_numpy(dtype=float)
-    busy = pd.to_numeric(rows["gpu_busy_time_s"], errors="coerce").to_numpy(dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where((g > 0) & (busy > 0), busy / g, np.nan)
 
 
 def features(rows: pd.DataFrame, schema: FeatureSchema, roof: np.ndarray) -> pd.DataFrame:
@@ -431,17 +365,6 @@ def _auxiliary(regressor: Any) -> None:
             regressor.set_params(**{name: max(AUXILIARY_MIN_TREES, n // AUXILIARY_TREES_DIVISOR)})
 
 
-def wait_power_w(rows: pd.DataFrame) -> float:
-    """``P_wait`` (module docstring)."""
-    p = rows[rows["power_w"].notna()] if "power_w" in rows else rows.iloc[:0]
-    if len(p):
-        share = p["gpu_time_s"] / p["power_time_s"]
-        low = p.loc[share < WAIT_SHARE, "power_w"]
-        if len(low):
-            return float(low.median())
-    return float(rows["idle_power_w"].median()) if "idle_power_w" in rows else math.nan
-
-
 def fit(
     table: pd.DataFrame,
     gpu: str,
@@ -487,7 +410,7 @@ def fit(
     for family, part in train.groupby("family"):
         i = part.index.to_numpy()
         families[str(family)] = fit_family(part, roof[i], make, floor[i], own_roof[i])
-    p_wait = wait_power_w(rows)
+    p_wait = op_power.wait_power_w(rows)
     overhead, node = leaf_overhead(rows)
     model = OpModel(
         leaf_overhead_ratio=overhead,
@@ -515,7 +438,7 @@ def fit(
             "measured": _measured_dates(table),
         },
     )
-    model.power_fit = _fit_power(model, rows, make)
+    model.power_fit = op_power.fit(model, rows, make)
     return model
 
 
@@ -526,57 +449,6 @@ def _measured_dates(table: pd.DataFrame) -> list[str]:
         return []
     days = pd.to_datetime(t, unit="s", utc=True).dt.strftime("%Y-%m-%d")
     return [str(days.min()), str(days.max())]
-
-
-def window_busy_power_w(rows: pd.DataFrame, wait_power_w: float) -> pd.Series:
-    """The power of each power window's kernels while they run, ``(P t - P_wait (t - g))
-    / g``: ``g`` the time they keep the GPU busy (their union where recorded, else their
-    summed durations; at most the window), ``t`` the window per call."""
-    share = np.nan_to_num(_busy_share(rows), nan=1.0)
-    t = rows["power_time_s"]
-    g = (rows["gpu_time_s"] * share).clip(upper=t)
-    return (rows["power_w"] * t - wait_power_w * (t - g)) / g
-
-
-def power_windows(rows: pd.DataFrame) -> pd.DataFrame:
-    """The rows whose power window the busy-power model learns from: a window whose
-    kernels keep the GPU busy at least :data:`BUSY_SHARE` of it."""
-    if "power_w" not in rows:
-        return rows.iloc[:0]
-    return rows[rows["power_w"].notna() & rows["gpu_time_s"].ge(BUSY_SHARE * rows["power_time_s"])]
-
-
-def busy_power_errors(model: OpModel, rows: pd.DataFrame) -> pd.DataFrame:
-    """Per power window of ``rows`` (:func:`power_windows`): its ``family``, the busy
-    power measured (:func:`window_busy_power_w`, with the model's ``P_wait``) and the
-    busy power ``model`` predicts for its configuration, and the relative error."""
-    p = power_windows(rows)
-    measured = window_busy_power_w(p, model.wait_power_w).to_numpy(dtype=float)
-    predicted = model.predict(p[["spec", "mode", "op_type"]])["busy_power_w"].to_numpy()
-    return pd.DataFrame(
-        {
-            "family": p["family"].to_numpy(),
-            "mode": p["mode"].to_numpy(),
-            "measured_w": measured,
-            "predicted_w": predicted,
-            "err": predicted / measured - 1.0,
-        }
-    )
-
-
-def _fit_power(model: OpModel, rows: pd.DataFrame, make: Any) -> Any:
-    p = power_windows(rows)
-    if len(p) < 5:
-        return None
-    busy = window_busy_power_w(p, model.wait_power_w)
-    pred = model.predict(p[["spec", "mode", "op_type"]])
-    x = _power_x(
-        p["family"], p["mode"], _intensity(p), pred["efficiency"], _kernel_s(pred), p["spec"]
-    )
-    x = x.reindex(columns=power_columns(model.power_families), fill_value=0.0)
-    # Learnt as its log: trees average relative deviations alike, from near-idle power to
-    # the limit, and their mean is not pulled up by the highest windows.
-    return _ensemble(make().fit(x, np.log(np.clip(busy.to_numpy(), 1.0, None))))
 
 
 def held_out_errors(
@@ -595,7 +467,7 @@ def held_out_errors(
     ``n`` held-out rows with kernels, the median |error| and MAPE (%) of the GPU time per
     call, and the median |error| of the host time per call; under ``busy_power``, the
     median |error| and MAPE (%) of the busy power of the held-out power windows
-    (:func:`busy_power_errors`), per family and overall."""
+    (:func:`opcost.model.op_power.busy_power_errors`), per family and overall."""
     ids = np.asarray(sorted(table["op_id"].astype(str).unique()))
     hold = set(np.random.default_rng(seed).choice(ids, int(len(ids) * fraction), replace=False))
     held = table["op_id"].astype(str).isin(hold)
@@ -628,7 +500,7 @@ def held_out_errors(
         "all": scores(np.ones(len(test), dtype=bool)),
         "families": {str(f): scores(family == f) for f in sorted(set(family))},
     }
-    power = busy_power_errors(model, test) if model.power_fit is not None else None
+    power = op_power.busy_power_errors(model, test) if model.power_fit is not None else None
     if power is not None and len(power):
 
         def power_scores(e: pd.Series) -> dict[str, float]:

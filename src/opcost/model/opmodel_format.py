@@ -32,7 +32,8 @@ from opcost.model import PredictorError, shapes
 from opcost.model import roofline as rl
 from opcost.model.features import FeatureSchema, check_schema
 from opcost.model.format import _file_entry, _npz_arrays, read_listed, write_arrays
-from opcost.model.opmodel import LOG_ROOFLINE, FamilyModel, OpModel, power_columns
+from opcost.model.op_power import power_columns
+from opcost.model.opmodel import LOG_ROOFLINE, FamilyModel, OpModel
 from opcost.model.trees import TreeEnsemble, _starmap_threads
 
 MODEL_FILE = "op_model.json"
