@@ -5,15 +5,13 @@
 Draws ``N`` configurations (seed 0) from the op-space rows committed for ``--gpu``
 (``data/op-space/{gpu}``, rows without a power window) and measures each again in the
 modes it was committed in, with that configuration's TF32 setting, as an op-space chunk
-does (``opcost.opspace_measure.measure_one`` against the peaks measured here, no power
-window). Each phase's wall time
+does (``opcost.opspace_measure.measure_one``, no power window). Each phase's wall time
 is taken by wrapping the functions ``measure_one`` calls: building the workload
 (``harness.prepare_op``), the untraced warm-up, the traced steps (``tracing._profile``:
 the profiler's start, the steps, its stop and the trace's export), reading the trace
 (``kineto.steps``), the host bursts (``tracing._host_times``) and freeing the cache.
 Prints the phases' sums beside the committed rows' ``measure_s`` for the same rows and
-the re-measured GPU and host time's ratio to the committed one, also for the rows whose
-training chain is shorter than the committed one's; writes ``OUT/opspace_cost.parquet``
+the re-measured GPU time's ratio to the committed one; writes ``OUT/opspace_cost.parquet``
 (a row per configuration and mode) and, with ``--profile``, ``OUT/opspace_cost.prof``.
 """
 
@@ -31,9 +29,7 @@ import torch
 
 from opcost import harness, kineto, opspace_measure, profile, tracing
 from opcost.config import GpuConfig
-from opcost.model import roofline as rl
 from opcost.names import parse_setting
-from opcost.peaks import measure_peaks
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("out", type=Path)
@@ -76,7 +72,6 @@ device = "cuda" if torch.cuda.is_available() else "cpu"
 tf32 = not args.gpu.endswith("notf32")
 gpu = GpuConfig("local", device, tf32, "float32", (parse_setting("default"),), None, None)
 config = dict(profile.profile_defaults())
-peaks = rl.Peaks.from_dict(measure_peaks(device, "float32", tf32=tf32))
 out_rows = []
 profiler = cProfile.Profile() if args.profile else None
 for mode in ("inference", "training"):
@@ -86,7 +81,7 @@ for mode in ("inference", "training"):
         phase_s.clear()
         if profiler is not None:
             profiler.enable()
-        row = opspace_measure.measure_one(json.loads(r.spec), opts, peaks=peaks)
+        row = opspace_measure.measure_one(json.loads(r.spec), opts)
         if profiler is not None:
             profiler.disable()
         named = ("prepare", "trace", "parse", "host_bursts", "empty_cache")
@@ -103,7 +98,6 @@ for mode in ("inference", "training"):
                 "host_time_s": row.get("host_time_s"),
                 "committed_host_time_s": r.host_time_s,
                 "calls_per_step": row.get("calls_per_step"),
-                "committed_calls_per_step": r.calls_per_step,
                 **{f"{k}_s": phase_s.get(k, 0.0) for k in (*named, "export")},
                 "other_s": row["measure_s"] - sum(phase_s.get(k, 0.0) for k in named),
             }
@@ -117,18 +111,12 @@ print(table.groupby(["family", "mode"])[cols].sum().round(2).to_string())
 print("sums (s):")
 print(table[cols].sum().round(2).to_string())
 ok = table[table["status"] == "ok"]
-shorter = ok["calls_per_step"] < ok["committed_calls_per_step"]
-for name, rows in (("all", ok), ("shorter chain", ok[shorter]), ("same chain", ok[~shorter])):
+for what in ("gpu_time_s", "host_time_s"):
+    ratio = ok[what] / ok[f"committed_{what}"]
     print(
-        f"{name}: {len(rows)} rows, measuring {rows['measure_s'].sum():.1f} s "
-        f"(committed {rows['committed_measure_s'].sum():.1f} s)"
+        f"re-measured / committed {what}: median {ratio.median():.4f}, "
+        f"median |1 - ratio| {(ratio - 1).abs().median():.4f}"
     )
-    for what in ("gpu_time_s", "host_time_s"):
-        ratio = rows[what] / rows[f"committed_{what}"]
-        print(
-            f"  re-measured / committed {what}: median {ratio.median():.4f}, "
-            f"median |1 - ratio| {(ratio - 1).abs().median():.4f}"
-        )
 if profiler is not None:
     profiler.dump_stats(str(args.out / "opspace_cost.prof"))
     pstats.Stats(profiler).sort_stats("cumulative").print_stats(40)

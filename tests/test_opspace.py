@@ -21,7 +21,6 @@ from opcost import spec as specs
 from opcost import workflow as wf
 from opcost.config import ConfigError, GpuConfig, load_schema, load_study_file, validate_config
 from opcost.extract import extract_ops
-from opcost.model import roofline as rl
 from opcost.model.features import op_counts
 
 REPO = Path(__file__).resolve().parents[1]
@@ -840,25 +839,6 @@ def test_a_long_step_is_warmed_traced_and_timed_fewer_times(monkeypatch, long_st
     # Inference: workload.step() runs the warm-up, the traced steps and the host bursts,
     # of 8 steps each here (a CPU step launches no kernel: tracing.host_burst_steps).
     assert count["steps"] == warmup + traced + 8 * bursts
-
-
-def test_a_training_chain_holds_the_calls_that_fill_2_ms_at_the_roofline_time(tiny):
-    linear = tiny[1]["spec"]
-    assert linear["type"].endswith("Linear")
-    opts = harness.HarnessOptions(device="cpu", mode="training")
-    work = rl.op_work(linear, "training", "float32")
-
-    def peaks_for(roof_s):  # peaks at which the op's roofline time is roof_s
-        return rl.Peaks(work.flops / roof_s, work.bytes / roof_s)
-
-    assert om.CHAIN_GPU_S == 2e-3
-    # ceil(2 ms / roofline time), from 1 to 16 calls.
-    for roof_s, calls in [(0.6e-3, 4), (0.3e-3, 7), (3e-3, 1), (1e-6, 16)]:
-        assert om.chain_calls(linear, opts, peaks_for(roof_s)) == calls
-    assert om.measure_one(linear, opts, peaks=peaks_for(0.6e-3))["calls_per_step"] == 4
-    assert om.measure_one(linear, opts)["calls_per_step"] == harness.TRAINING_CHAIN_CALLS
-    inference = harness.HarnessOptions(device="cpu", mode="inference")
-    assert om.measure_one(linear, inference, peaks=peaks_for(3e-3))["calls_per_step"] == 1
 
 
 class _Clock:

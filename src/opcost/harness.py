@@ -61,8 +61,6 @@ class HarnessOptions:
     warmup_s: float = 0.2
     block_size: int = 0
     max_block_size: int = 64
-    #: Calls a training chain holds at most (fewer where its inputs are large).
-    chain_calls: int = TRAINING_CHAIN_CALLS
 
 
 @dataclass(frozen=True)
@@ -227,7 +225,7 @@ def prepare_op(spec: dict[str, Any], opts: HarnessOptions) -> Workload:
             math.prod(i["shape"]) * specs.dtype_from_name(i["dtype"]).itemsize
             for i in spec["inputs"]
         )
-        chain = max(1, min(opts.chain_calls, CHAIN_INPUT_BYTES // max(input_bytes, 1)))
+        chain = max(1, min(TRAINING_CHAIN_CALLS, CHAIN_INPUT_BYTES // max(input_bytes, 1)))
     if first.module is not None:
         first.module.to(device=device, dtype=dtype)
         param_bytes = sum(p.numel() * p.element_size() for p in first.module.parameters())

@@ -8,9 +8,6 @@ An op-space job (:func:`measure_chunk`) measures one chunk of the sampled config
   sum of a step's kernel durations on the device, which needs no 1-s window;
 * **host time**: the untraced time to issue one step (:func:`opcost.tracing._host_times`,
   ``HOST_REPEATS`` bursts);
-* in training, a chain (:mod:`opcost.harness`) of no more calls than fill
-  ``CHAIN_GPU_S`` at the op's roofline time (:func:`chain_calls`), so that a long op's
-  step is not 16 long calls;
 * a *long* step (its second warm-up step's wall time at least ``LONG_STEP_S``) repeats
   least: ``LONG_REPEATS`` (:func:`repeats`) gives its warm-up steps, traced steps and
   host bursts. Its kernel times vary by a few tenths of a per cent from step to step,
@@ -38,7 +35,6 @@ not at all. Rows carry the provenance (GPU, driver, torch, host, host CPU, time)
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import statistics
@@ -51,7 +47,6 @@ import torch
 
 from opcost import harness, kineto, profile, tracing
 from opcost.io import read_parquet, write_parquet_atomic
-from opcost.model import roofline as rl
 from opcost.peaks import measure_peaks
 
 WARMUP_STEPS = 3
@@ -61,8 +56,6 @@ HOST_REPEATS = 5
 LONG_STEP_S = 10e-3
 #: (warm-up steps, traced steps, host bursts) of a long step.
 LONG_REPEATS = (2, 2, 3)
-#: GPU time a training chain's calls fill at their roofline time, at most.
-CHAIN_GPU_S = 2e-3
 POWER_WINDOW_S = 1.0
 #: GPU time of one CUDA-graph replay in a power window, and the most steps one holds.
 GRAPH_REPLAY_GPU_S = 1e-3
@@ -119,18 +112,6 @@ def _power_window(
     }
 
 
-def chain_calls(spec: dict[str, Any], opts: harness.HarnessOptions, peaks: rl.Peaks) -> int:
-    """Calls of a training chain: as many as fill ``CHAIN_GPU_S`` at the op's roofline
-    time against ``peaks`` (a lower bound of its GPU time, so a chain is never shorter
-    than that needs), from 1 to ``harness.TRAINING_CHAIN_CALLS``. A chain's one
-    backward start then weighs on calls of 0.125 ms of GPU time or more only, where
-    their host time is small beside it."""
-    roof_s = rl.roofline_time_s(rl.op_work(spec, opts.mode, opts.dtype), peaks)
-    if not roof_s > 0:
-        return harness.TRAINING_CHAIN_CALLS
-    return max(1, min(harness.TRAINING_CHAIN_CALLS, math.ceil(CHAIN_GPU_S / roof_s)))
-
-
 def repeats(warm_step_s: float) -> tuple[int, int, int]:
     """(warm-up steps, traced steps, host bursts) of a step whose second warm-up step took
     ``warm_step_s`` of wall time: ``LONG_REPEATS`` from ``LONG_STEP_S`` up, else
@@ -163,14 +144,10 @@ def measure_one(
     spec: dict[str, Any],
     opts: harness.HarnessOptions,
     counter: Any = None,
-    peaks: rl.Peaks | None = None,
 ) -> dict[str, Any]:
     """One configuration in one mode: GPU time, kernels, host time, and power with a
-    ``counter``; per call, as the module docstring says. With ``peaks``, a training
-    chain holds :func:`chain_calls` calls."""
+    ``counter``; per call, as the module docstring says."""
     device = torch.device(opts.device)
-    if peaks is not None and opts.mode == "training":
-        opts = dataclasses.replace(opts, chain_calls=chain_calls(spec, opts, peaks))
     t0 = time.perf_counter()
     row: dict[str, Any] = {}
     try:
@@ -261,13 +238,12 @@ def measure_chunk(
         if counter is not None:
             idle_w = idle_power_w(device, counter)
         peak = measure_peaks(opts0.device, opts0.dtype, tf32=opts0.tf32)
-        peaks = rl.Peaks.from_dict(peak)
         for mode in modes:
             opts = profile.options_for(gpu, mode, profile_config)
             harness.configure_numerics(opts)
             for sample in samples.itertuples(index=False):
                 spec = json.loads(sample.spec)
-                row = measure_one(spec, opts, counter if sample.power else None, peaks)
+                row = measure_one(spec, opts, counter if sample.power else None)
                 row.update(
                     op_id=sample.op_id,
                     family=sample.family,
