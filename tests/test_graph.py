@@ -232,6 +232,34 @@ def test_the_unseen_networks_with_tf32_off_on_the_h100(tmp_path):
         assert off["graph_time_s"] > 1.5 * h100_on["graph_time_s"]
 
 
+def test_the_unseen_networks_with_tf32_off_on_the_h200(tmp_path):
+    # The same 10 networks x 3 batches x 2 modes on an H200 with TF32 off (2026-11-27):
+    # maxvit_t at batch 64 fits its 141 GB, so every step ran and was captured.
+    records = _network_records(UNSEEN_NOTF32.with_name("traces_notf32_h200.tar.gz"), tmp_path)
+    assert len(records) == 10 * 3 * 2
+    assert {(r["gpu"], r["tf32"], r["gpu_name"]) for r in records} == {
+        ("h200-notf32", False, "NVIDIA H200")
+    }
+    for r in records:
+        assert r["status"] == "ok", r["model_input"]
+        assert r["graph_status"] == "ok", r["model_input"]
+        assert 60 < r["graph_power_w"] < 1.1 * 700, r["model_input"]
+        assert r["graph_time_s"] <= r["wall_time_s"] * 1.02, r["model_input"]
+        _graph_kernels_are_the_eager_ones(r)
+    # GPU-bound vgg16 at batch 64 runs its float32 products on the FP32 units: longer
+    # than with TF32 on, on the H200 of 2026-11-25.
+    vgg = ("h200", "vgg16_64x3x224x224")
+    on = [
+        r for r in _network_records(UNSEEN, tmp_path / "on") if (r["gpu"], r["model_input"]) == vgg
+    ]
+    off = [r for r in records if r["model_input"] == vgg[1]]
+    assert len(on) == len(off) == 2
+    for r in off:
+        assert (
+            r["graph_time_s"] > 1.5 * next(o for o in on if o["mode"] == r["mode"])["graph_time_s"]
+        )
+
+
 BLIND = ROOT / "tests" / "data" / "blind_networks" / "traces.tar.gz"
 
 
@@ -248,11 +276,15 @@ def test_the_blind_networks_were_traced_eagerly_and_from_a_graph(tmp_path):
         assert r["graph_gpu_time_s"] == pytest.approx(r["gpu_time_s"], rel=0.1)
 
 
-def test_the_blind_networks_with_tf32_off_on_the_h100(tmp_path):
-    # The same 6 networks x 3 batches x 2 modes on an H100 with TF32 off (2026-11-27).
-    records = _network_records(BLIND.with_name("traces_notf32.tar.gz"), tmp_path)
+@pytest.mark.parametrize(
+    ("file", "gpu"),
+    [("traces_notf32.tar.gz", "h100-notf32"), ("traces_notf32_h200.tar.gz", "h200-notf32")],
+)
+def test_the_blind_networks_with_tf32_off(tmp_path, file, gpu):
+    # The same 6 networks x 3 batches x 2 modes with TF32 off (2026-11-27).
+    records = _network_records(BLIND.with_name(file), tmp_path)
     assert len(records) == 6 * 3 * 2
-    assert {(r["gpu"], r["tf32"]) for r in records} == {("h100-notf32", False)}
+    assert {(r["gpu"], r["tf32"]) for r in records} == {(gpu, False)}
     for r in records:
         assert r["status"] == "ok", r["model_input"]
         assert r["graph_status"] == "ok", r["model_input"]
