@@ -11,8 +11,9 @@ is taken by wrapping the functions ``measure_one`` calls: building the workload
 the profiler's start, the steps, its stop and the trace's export), reading the trace
 (``kineto.steps``), the host bursts (``tracing._host_times``) and freeing the cache.
 Prints the phases' sums beside the committed rows' ``measure_s`` for the same rows and
-the re-measured GPU time's ratio to the committed one; writes ``OUT/opspace_cost.parquet``
-(a row per configuration and mode) and, with ``--profile``, ``OUT/opspace_cost.prof``.
+the re-measured GPU and host time's ratio to the committed one; writes
+``OUT/opspace_cost.parquet`` (a row per configuration and mode) and, with ``--profile``,
+``OUT/opspace_cost.prof``.
 """
 
 import argparse
