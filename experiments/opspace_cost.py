@@ -1,24 +1,19 @@
 """Where an op-space chunk's measuring time goes, phase by phase, on this host's GPU.
 
-    python experiments/opspace_cost.py OUT [--gpu h100] [--configs N] [--group G]
-        [--against OTHER/opspace_cost.parquet] [--profile]
+    python experiments/opspace_cost.py OUT [--gpu h100] [--configs N] [--profile]
 
 Draws ``N`` configurations (seed 0) from the op-space rows committed for ``--gpu``
 (``data/op-space/{gpu}``, rows without a power window) and measures each again in the
 modes it was committed in, with that configuration's TF32 setting, as an op-space chunk
-does (``opcost.opspace_measure.measure_many``, no power window), with at most ``G``
-short configurations traced in one profiler session (``TRACE_GROUP``; 1: each alone;
-default the module's). Each phase's wall time is taken by wrapping the functions it
-calls: building the workload (``harness.prepare_op``), the untraced warm-up
-(``_warmed_up`` less the building), the profiler sessions (``_traced_steps``: the
-profiler's start, the steps, its stop and the trace's export), the export alone
-(``tracing._exported``), reading the trace (``kineto.steps``), the host bursts
-(``tracing._host_times``) and freeing the cache. Prints the phases' sums beside the
-committed rows' ``measure_s`` for the same rows and the re-measured GPU and host time's
-ratio to the committed one; writes ``OUT/opspace_cost.parquet`` (a row per
-configuration and mode) and, with ``--profile``, ``OUT/opspace_cost.prof``. With
-``--against``, the ratios of GPU time, host time and ``measure_s`` to another run's, row
-by row (the same configurations: the same ``--gpu`` and ``--configs``).
+does (``opcost.opspace_measure.measure_one``, no power window). Each phase's wall time
+is taken by wrapping the functions ``measure_one`` calls: building the workload
+(``harness.prepare_op``), the untraced warm-up, the traced steps (``tracing._profile``:
+the profiler's start, the steps, its stop and the trace's export), reading the trace
+(``kineto.steps``), the host bursts (``tracing._host_times``) and freeing the cache.
+Prints the phases' sums beside the committed rows' ``measure_s`` for the same rows and
+the re-measured GPU and host time's ratio to the committed one; writes
+``OUT/opspace_cost.parquet`` (a row per configuration and mode) and, with ``--profile``,
+``OUT/opspace_cost.prof``.
 """
 
 import argparse
@@ -41,8 +36,6 @@ parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("out", type=Path)
 parser.add_argument("--gpu", default="h100")
 parser.add_argument("--configs", type=int, default=200)
-parser.add_argument("--group", type=int, default=opspace_measure.TRACE_GROUP)
-parser.add_argument("--against", type=Path, help="another run's opspace_cost.parquet")
 parser.add_argument("--profile", action="store_true")
 args = parser.parse_args()
 args.out.mkdir(parents=True, exist_ok=True)
@@ -70,13 +63,11 @@ def timed(owner, name, phase):
 
 
 timed(harness, "prepare_op", "prepare")
-timed(opspace_measure, "_warmed_up", "warm")  # holds "prepare"
-timed(opspace_measure, "_traced_steps", "trace")  # holds "export" and "parse"
-timed(tracing, "_exported", "export")
+timed(tracing, "_profile", "trace")
+timed(tracing, "_exported", "export")  # inside "trace"
 timed(kineto, "steps", "parse")
 timed(tracing, "_host_times", "host_bursts")
 timed(torch.cuda, "empty_cache", "empty_cache")
-opspace_measure.TRACE_GROUP = args.group
 
 device = "cuda" if torch.cuda.is_available() else "cpu"
 tf32 = not args.gpu.endswith("notf32")
@@ -84,17 +75,17 @@ gpu = GpuConfig("local", device, tf32, "float32", (parse_setting("default"),), N
 config = dict(profile.profile_defaults())
 out_rows = []
 profiler = cProfile.Profile() if args.profile else None
-t_all = time.perf_counter()
 for mode in ("inference", "training"):
     opts = profile.options_for(gpu, mode, config)
     harness.configure_numerics(opts)
-    listed = list(rows_in[rows_in["mode"] == mode].itertuples())
-    if profiler is not None:
-        profiler.enable()
-    measured = opspace_measure.measure_many([(json.loads(r.spec), False) for r in listed], opts)
-    if profiler is not None:
-        profiler.disable()
-    for r, row in zip(listed, measured, strict=True):
+    for r in rows_in[rows_in["mode"] == mode].itertuples():
+        phase_s.clear()
+        if profiler is not None:
+            profiler.enable()
+        row = opspace_measure.measure_one(json.loads(r.spec), opts)
+        if profiler is not None:
+            profiler.disable()
+        named = ("prepare", "trace", "parse", "host_bursts", "empty_cache")
         out_rows.append(
             {
                 "op_id": r.op_id,
@@ -108,22 +99,18 @@ for mode in ("inference", "training"):
                 "host_time_s": row.get("host_time_s"),
                 "committed_host_time_s": r.host_time_s,
                 "calls_per_step": row.get("calls_per_step"),
+                **{f"{k}_s": phase_s.get(k, 0.0) for k in (*named, "export")},
+                "other_s": row["measure_s"] - sum(phase_s.get(k, 0.0) for k in named),
             }
         )
-wall_s = time.perf_counter() - t_all
 table = pd.DataFrame(out_rows)
 table.to_parquet(args.out / "opspace_cost.parquet")
 print(torch.cuda.get_device_name() if device == "cuda" else "cpu", "TF32", tf32)
-print(f"{len(table)} configuration-modes, at most {args.group} traced a session")
-print("measure_s by family and mode (s):")
-print(table.groupby(["family", "mode"])[["measure_s", "committed_measure_s"]].sum().round(2))
-print(
-    f"wall {wall_s:.1f} s; measure_s {table['measure_s'].sum():.1f} s "
-    f"(committed {table['committed_measure_s'].sum():.1f} s)"
-)
-phases = dict(phase_s)
-phases["warm"] = phases.get("warm", 0.0) - phases.get("prepare", 0.0)
-print("phases (s):", {k: round(v, 2) for k, v in sorted(phases.items())})
+cols = [c for c in table.columns if c.endswith("_s") and "gpu_time" not in c]
+print("sums (s) by family and mode:")
+print(table.groupby(["family", "mode"])[cols].sum().round(2).to_string())
+print("sums (s):")
+print(table[cols].sum().round(2).to_string())
 ok = table[table["status"] == "ok"]
 for what in ("gpu_time_s", "host_time_s"):
     ratio = ok[what] / ok[f"committed_{what}"]
@@ -131,16 +118,6 @@ for what in ("gpu_time_s", "host_time_s"):
         f"re-measured / committed {what}: median {ratio.median():.4f}, "
         f"median |1 - ratio| {(ratio - 1).abs().median():.4f}"
     )
-if args.against is not None:
-    other = pd.read_parquet(args.against)
-    both = ok.merge(other[other["status"] == "ok"], on=["op_id", "mode"], suffixes=("", "_b"))
-    for what in ("gpu_time_s", "host_time_s", "measure_s"):
-        ratio = both[what] / both[f"{what}_b"]
-        print(
-            f"this run / {args.against}: {what} median {ratio.median():.4f}, "
-            f"median |1 - ratio| {(ratio - 1).abs().median():.4f} ({len(both)} rows), "
-            f"sums {both[what].sum():.2f} / {both[what + '_b'].sum():.2f}"
-        )
 if profiler is not None:
     profiler.dump_stats(str(args.out / "opspace_cost.prof"))
     pstats.Stats(profiler).sort_stats("cumulative").print_stats(40)

@@ -805,10 +805,8 @@ def test_a_long_step_is_warmed_traced_and_timed_fewer_times(monkeypatch, long_st
     assert om.repeats(om.LONG_STEP_S) == om.LONG_REPEATS
     assert om.repeats(om.LONG_STEP_S * 0.99) == (3, 4, 5)
     monkeypatch.setattr(om, "LONG_STEP_S", long_step_s)
-    count = {"steps": 0, "traced": 0, "bursts": None}
-    prepare, annotated, host_times = (
-        harness.prepare_op, om.tracing.annotated_step, om.tracing._host_times
-    )  # fmt: skip
+    count = {"steps": 0, "traced": None, "bursts": None}
+    prepare, profile_, host_times = harness.prepare_op, om.tracing._profile, om.tracing._host_times
 
     def counted_prepare(*a, **k):
         workload = prepare(*a, **k)
@@ -821,16 +819,16 @@ def test_a_long_step_is_warmed_traced_and_timed_fewer_times(monkeypatch, long_st
         workload.step = counted_step
         return workload
 
-    def counted_annotated(workload, *a):
-        count["traced"] += 1
-        return annotated(workload, *a)
+    def counted_profile(workload, device, annotator, steps):
+        count["traced"] = steps
+        return profile_(workload, device, annotator, steps)
 
     def counted_host_times(workload, device, burst, repeats):
         count["bursts"] = repeats
         return host_times(workload, device, burst, repeats)
 
     monkeypatch.setattr(harness, "prepare_op", counted_prepare)
-    monkeypatch.setattr(om.tracing, "annotated_step", counted_annotated)
+    monkeypatch.setattr(om.tracing, "_profile", counted_profile)
     monkeypatch.setattr(om.tracing, "_host_times", counted_host_times)
     params = {"type": "function", "batch": 1, "heads": 1, "rows": 4, "cols": 16}
     row = om.measure_one(opspace.build("softmax", params), harness.HarnessOptions(device="cpu"))
@@ -839,90 +837,8 @@ def test_a_long_step_is_warmed_traced_and_timed_fewer_times(monkeypatch, long_st
     assert count["traced"] == traced
     assert count["bursts"] == bursts
     # Inference: workload.step() runs the warm-up, the traced steps and the host bursts,
-    # of 8 steps each here (a CPU step launches no kernel: tracing.host_burst_steps); a
-    # configuration traced alone has no untraced step in its profiler session.
+    # of 8 steps each here (a CPU step launches no kernel: tracing.host_burst_steps).
     assert count["steps"] == warmup + traced + 8 * bursts
-
-
-def _softmax(cols):
-    return opspace.build(
-        "softmax", {"type": "function", "batch": 1, "heads": 1, "rows": 4, "cols": cols}
-    )
-
-
-def _recorded_groups(monkeypatch):
-    """The configurations (their indices) of each profiler session, and each one's traced
-    steps as :func:`om._finished` receives them."""
-    sessions, steps = [], {}
-    traced, finished = om._traced_steps, om._finished
-
-    def recorded_traced(group, device):
-        sessions.append([w.index for w in group])
-        return traced(group, device)
-
-    def recorded_finished(warm, s, device, counter):
-        steps[warm.index] = s
-        return finished(warm, s, device, counter)
-
-    monkeypatch.setattr(om, "_traced_steps", recorded_traced)
-    monkeypatch.setattr(om, "_finished", recorded_finished)
-    return sessions, steps
-
-
-def test_short_configurations_share_a_profiler_session_and_keep_their_own_steps(monkeypatch):
-    """Five short configurations, at most two a session: sessions of 2, 2 and 1, each
-    configuration given its own traced steps (on the CPU a step's host span is its work:
-    a softmax over 2**18 columns spans far longer than one over 16) and its own row."""
-    monkeypatch.setattr(om, "TRACE_GROUP", 2)
-    sessions, steps = _recorded_groups(monkeypatch)
-    cols = [16, 1 << 18, 16, 1 << 18, 16]
-    rows = om.measure_many([(_softmax(c), False) for c in cols], harness.HarnessOptions("cpu"))
-    assert sessions == [[0, 1], [2, 3], [4]]
-    assert [r["status"] for r in rows] == ["ok"] * 5
-    assert all(len(steps[i]) == om.TRACE_STEPS for i in range(5))
-    span = [min(s.host_s for s in steps[i]) for i in range(5)]
-    for small, large in [(0, 1), (2, 1), (2, 3), (4, 3)]:
-        assert span[large] > 10 * span[small], span
-    assert all(r["measure_s"] > 0 and r["finished_unix_s"] > 0 for r in rows)
-
-
-def test_a_group_is_bounded_by_the_device_memory_its_workloads_hold(monkeypatch):
-    """Each workload holding 1 GiB and 2.5 GiB allowed a group: sessions of two, the
-    third's arrival tracing the first two; one holding more than that is traced alone,
-    at once, while the group waits."""
-    monkeypatch.setattr(om, "TRACE_GROUP_BYTES", int(2.5 * (1 << 30)))
-    held = iter([0, 1, 1, 2, 2, 3, 3, 7, 7, 8, 8, 9])  # GiB before and after each
-
-    monkeypatch.setattr(om, "_allocated_bytes", lambda device: next(held) << 30)
-    sessions, _ = _recorded_groups(monkeypatch)
-    items = [(_softmax(16), False)] * 6
-    items[3] = (_softmax(32), False)  # holds 4 GiB: alone
-    rows = om.measure_many(items, harness.HarnessOptions("cpu"))
-    assert sessions == [[0, 1], [3], [2, 4], [5]]
-    assert [r["status"] for r in rows] == ["ok"] * 6
-
-
-def test_a_failed_group_session_measures_its_configurations_one_by_one(monkeypatch, tiny):
-    """A profiler session of several configurations that fails (say, out of memory)
-    measures each again alone; a configuration that cannot run is a failed row there,
-    the others are measured."""
-    misfit = json.loads(json.dumps(tiny[2]["spec"]))  # a conv given one channel too many
-    misfit["inputs"][0]["shape"][1] += 1
-    sessions, _ = _recorded_groups(monkeypatch)
-    traced = om._traced_steps
-
-    def fails_in_groups(group, device):
-        if len(group) > 1:
-            raise RuntimeError("CUDA out of memory (a group too large)")
-        return traced(group, device)
-
-    monkeypatch.setattr(om, "_traced_steps", fails_in_groups)
-    items = [(tiny[0]["spec"], False), (misfit, False), (tiny[1]["spec"], False)]
-    rows = om.measure_many(items, harness.HarnessOptions("cpu"))
-    assert [r["status"] for r in rows] == ["ok", "failed", "ok"]
-    assert rows[1]["failure_reason"].startswith("RuntimeError: ")
-    assert rows[0]["gpu_time_s"] == 0.0
-    assert rows[2]["host_time_s"] > 0
 
 
 class _Clock:

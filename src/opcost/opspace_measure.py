@@ -8,9 +8,6 @@ An op-space job (:func:`measure_chunk`) measures one chunk of the sampled config
   sum of a step's kernel durations on the device, which needs no 1-s window;
 * **host time**: the untraced time to issue one step (:func:`opcost.tracing._host_times`,
   ``HOST_REPEATS`` bursts);
-* the traced steps of up to ``TRACE_GROUP`` short configurations share one profiler
-  session (:func:`measure_many`): its start, stop and export cost tens of milliseconds
-  whatever it holds, more than a short configuration's steps;
 * a *long* step (its second warm-up step's wall time at least ``LONG_STEP_S``) repeats
   least: ``LONG_REPEATS`` (:func:`repeats`) gives its warm-up steps, traced steps and
   host bursts. Its kernel times vary by a few tenths of a per cent from step to step,
@@ -42,7 +39,6 @@ import json
 import math
 import statistics
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,10 +56,6 @@ HOST_REPEATS = 5
 LONG_STEP_S = 10e-3
 #: (warm-up steps, traced steps, host bursts) of a long step.
 LONG_REPEATS = (2, 2, 3)
-#: Short configurations traced in one profiler session, at most (:func:`measure_many`),
-#: and the device memory their workloads may hold together, at most.
-TRACE_GROUP = 16
-TRACE_GROUP_BYTES = 4 << 30
 POWER_WINDOW_S = 1.0
 #: GPU time of one CUDA-graph replay in a power window, and the most steps one holds.
 GRAPH_REPLAY_GPU_S = 1e-3
@@ -155,169 +147,58 @@ def measure_one(
 ) -> dict[str, Any]:
     """One configuration in one mode: GPU time, kernels, host time, and power with a
     ``counter``; per call, as the module docstring says."""
-    return measure_many([(spec, counter is not None)], opts, counter)[0]
-
-
-@dataclass
-class _Warm:
-    """A configuration's workload, built and warmed up, waiting for its traced steps."""
-
-    index: int  # its row
-    workload: harness.Workload
-    repeats: tuple[int, int, int]
-    power: bool
-    spent_s: float  # wall time spent on it so far
-
-
-def measure_many(
-    items: list[tuple[dict[str, Any], bool]],
-    opts: harness.HarnessOptions,
-    counter: Any = None,
-) -> list[dict[str, Any]]:
-    """Configurations ``(spec, power)`` in one mode, a row each, in order; a power window
-    where ``power`` and a ``counter`` are given.
-
-    Each is built and warmed up in turn. A long step (``LONG_STEP_S``), or a workload
-    holding more than ``TRACE_GROUP_BYTES`` of device memory, is traced alone; the
-    others wait, built and warm, until ``TRACE_GROUP`` of them (or ``TRACE_GROUP_BYTES``)
-    are traced in one profiler session (:func:`_trace_group`), whose start, stop and
-    export would otherwise cost more than their steps. A row's ``measure_s`` is the wall
-    time spent on it, with its share of its group's session."""
     device = torch.device(opts.device)
-    rows: list[dict[str, Any]] = [{} for _ in items]
-    group: list[_Warm] = []
-    group_bytes = 0
-    for index, (spec, power) in enumerate(items):
-        t0 = time.perf_counter()
-        held0 = _allocated_bytes(device)
-        warm = None
-        with profile.failure_recorded(rows[index]):
-            workload, reps = _warmed_up(spec, opts, device)
-            warm = _Warm(index, workload, reps, power, 0.0)
-        if warm is None:
-            _free(device)
-            rows[index].update(measure_s=time.perf_counter() - t0, finished_unix_s=time.time())
-            continue
-        held = _allocated_bytes(device) - held0
-        warm.spent_s = time.perf_counter() - t0
-        if warm.repeats == LONG_REPEATS or held > TRACE_GROUP_BYTES:
-            _trace_group([warm], device, counter, rows)
-            continue
-        if group and group_bytes + held > TRACE_GROUP_BYTES:
-            _trace_group(group, device, counter, rows)
-            group, group_bytes = [], 0
-        group.append(warm)
-        group_bytes += held
-        if len(group) >= TRACE_GROUP:
-            _trace_group(group, device, counter, rows)
-            group, group_bytes = [], 0
-    if group:
-        _trace_group(group, device, counter, rows)
-    return rows
-
-
-def _allocated_bytes(device: torch.device) -> int:
-    return torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
-
-
-def _free(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-
-
-def _warmed_up(
-    spec: dict[str, Any], opts: harness.HarnessOptions, device: torch.device
-) -> tuple[harness.Workload, tuple[int, int, int]]:
-    """The configuration's workload after its warm-up steps (:func:`repeats`: the second
-    step's wall time decides how many), and its repeats."""
-    workload = harness.prepare_op(spec, opts)
-    with workload.context(), harness._no_cyclic_gc():
-        workload.step()
-        harness._sync(device)
-        t0 = time.perf_counter()
-        workload.step()
-        harness._sync(device)
-        reps = repeats(time.perf_counter() - t0)
-        for _ in range(reps[0] - 2):
-            workload.step()
-        harness._sync(device)
-    return workload, reps
-
-
-def _trace_group(
-    group: list[_Warm], device: torch.device, counter: Any, rows: list[dict[str, Any]]
-) -> None:
-    """Trace the warm configurations of ``group`` in one profiler session, then measure
-    each one's host time (and power) and fill its row. A group whose session fails is
-    measured one configuration at a time; a configuration alone that cannot run there
-    is a failed row."""
     t0 = time.perf_counter()
-    traced: list[list[kineto.StepSummary]] | None = None
-    if len(group) == 1:
-        with profile.failure_recorded(rows[group[0].index]):
-            traced = _traced_steps(group, device)
-    else:
-        try:
-            traced = _traced_steps(group, device)
-        except (RuntimeError, ValueError, NotImplementedError):
-            for warm in group:
-                _trace_group([warm], device, counter, rows)
-            return
-    share_s = (time.perf_counter() - t0) / len(group)
-    for i, warm in enumerate(group):
-        t1 = time.perf_counter()
-        row = rows[warm.index]
-        if traced is not None:
-            with profile.failure_recorded(row):
-                row.update(_finished(warm, traced[i], device, counter))
-        row["measure_s"] = warm.spent_s + share_s + time.perf_counter() - t1
-        row["finished_unix_s"] = time.time()
-        warm.workload = None  # type: ignore[assignment]
-    _free(device)
+    row: dict[str, Any] = {}
+    try:
+        # An op that cannot run here (its type does not import, its inputs do not fit it,
+        # out of memory) is a failed row, as in a profiling job; the chunk goes on.
+        with profile.failure_recorded(row):
+            row.update(_measure(spec, opts, device, counter))
+    finally:
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    row["measure_s"] = time.perf_counter() - t0
+    return row
 
 
-def _traced_steps(group: list[_Warm], device: torch.device) -> list[list[kineto.StepSummary]]:
-    """Each configuration's traced steps, from one profiler session: per configuration
-    one untraced step first (a group's earlier configurations have had the caches since
-    its warm-up), then its traced steps, then a synchronisation."""
-    with torch.profiler.profile(activities=tracing.profiler_activities(device)) as prof:
-        for warm in group:
-            with warm.workload.context(), harness._no_cyclic_gc():
-                if len(group) > 1:
-                    warm.workload.step()
-                harness._sync(device)
-                for _ in range(warm.repeats[1]):
-                    tracing.annotated_step(warm.workload)
-                harness._sync(device)
-    steps = kineto.steps(tracing._exported(prof))
-    counts = [warm.repeats[1] for warm in group]
-    if len(steps) != sum(counts):
-        raise kineto.TraceError(f"{len(steps)} traced steps, {sum(counts)} expected")
-    bounds = [sum(counts[:i]) for i in range(len(counts) + 1)]
-    return [steps[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
-
-
-def _finished(
-    warm: _Warm, steps: list[kineto.StepSummary], device: torch.device, counter: Any
+def _measure(
+    spec: dict[str, Any],
+    opts: harness.HarnessOptions,
+    device: torch.device,
+    counter: Any,
 ) -> dict[str, Any]:
-    """A configuration's row from its traced steps, its host bursts and its power window."""
-    workload = warm.workload
-    calls = workload.calls_per_step
-    burst = tracing.host_burst_steps(statistics.median(s.n_kernels for s in steps))
-    if statistics.median(s.gpu_s for s in steps) > 2e-3:
-        burst = 1  # a long step: its host time is small beside it, keep it cheap
-    bursts = tracing._host_times(workload, device, burst, warm.repeats[2])
-    row: dict[str, Any] = {
-        "status": "ok",
-        "failure_reason": None,
-        "calls_per_step": calls,
-        **tracing.kernel_figures(steps, calls),
-        **tracing.host_figures(bursts.host, bursts.host_fwd, calls),
-        "block_size": workload.block_size,
-        "inplace_substituted": workload.inplace_substituted,
-    }
-    if counter is not None and warm.power:
-        row.update(_power_window(workload, device, counter, row["gpu_time_s"] * calls))
+    workload = harness.prepare_op(spec, opts)
+    try:
+        calls = workload.calls_per_step
+        with workload.context(), harness._no_cyclic_gc():
+            workload.step()
+            harness._sync(device)
+            t0 = time.perf_counter()
+            workload.step()
+            harness._sync(device)
+            warmup, traced, host_repeats = repeats(time.perf_counter() - t0)
+            for _ in range(warmup - 2):
+                workload.step()
+            harness._sync(device)
+        steps = kineto.steps(tracing._profile(workload, device, None, traced))
+        burst = tracing.host_burst_steps(statistics.median(s.n_kernels for s in steps))
+        if statistics.median(s.gpu_s for s in steps) > 2e-3:
+            burst = 1  # a long step: its host time is small beside it, keep it cheap
+        bursts = tracing._host_times(workload, device, burst, host_repeats)
+        row: dict[str, Any] = {
+            "status": "ok",
+            "failure_reason": None,
+            "calls_per_step": calls,
+            **tracing.kernel_figures(steps, calls),
+            **tracing.host_figures(bursts.host, bursts.host_fwd, calls),
+            "block_size": workload.block_size,
+            "inplace_substituted": workload.inplace_substituted,
+        }
+        if counter is not None:
+            row.update(_power_window(workload, device, counter, row["gpu_time_s"] * calls))
+    finally:
+        del workload
     return row
 
 
@@ -360,20 +241,16 @@ def measure_chunk(
         for mode in modes:
             opts = profile.options_for(gpu, mode, profile_config)
             harness.configure_numerics(opts)
-            listed = list(samples.itertuples(index=False))
-            specs = [json.loads(sample.spec) for sample in listed]
-            measured = measure_many(
-                [(spec, bool(s.power)) for spec, s in zip(specs, listed, strict=True)],
-                opts,
-                counter,
-            )
-            for sample, spec, row in zip(listed, specs, measured, strict=True):
+            for sample in samples.itertuples(index=False):
+                spec = json.loads(sample.spec)
+                row = measure_one(spec, opts, counter if sample.power else None)
                 row.update(
                     op_id=sample.op_id,
                     family=sample.family,
                     op_type=spec["type"],
                     spec=sample.spec,
                     mode=mode,
+                    finished_unix_s=time.time(),
                 )
                 rows.append(row)
         probe_end = tracing.host_probe_s(opts0.device)

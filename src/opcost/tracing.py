@@ -388,43 +388,27 @@ def _profile(
     annotator: CallAnnotator | None,
     steps: int = TRACE_STEPS,
 ) -> dict[str, Any]:
-    activities = profiler_activities(device)
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    rf = torch.autograd.profiler.record_function
     annotate = annotator.active if annotator is not None else contextlib.nullcontext
     with workload.context(), harness._no_cyclic_gc():
         harness._sync(device)
         with torch.profiler.profile(activities=activities) as prof:
             for _ in range(steps):
-                annotated_step(workload, annotate)
+                with rf(kineto.STEP):
+                    if workload.forward_pass is not None:
+                        with rf(kineto.FORWARD), annotate():
+                            out = workload.forward_pass()
+                        with rf(kineto.BACKWARD):
+                            workload.backward_pass(out)
+                        del out
+                    else:
+                        with rf(kineto.FORWARD), annotate():
+                            workload.step()
             harness._sync(device)
     return _exported(prof)
-
-
-def profiler_activities(device: torch.device) -> list[torch.profiler.ProfilerActivity]:
-    """What ``torch.profiler`` records on ``device``: the host's ops, and a GPU's kernels."""
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if device.type == "cuda":
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
-    return activities
-
-
-def annotated_step(
-    workload: harness.Workload,
-    annotate: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
-) -> None:
-    """One step of ``workload`` as a trace reads it (:mod:`opcost.kineto`): within
-    ``opcost.step``, its forward pass within ``opcost.forward`` (and ``annotate()``) and
-    in training its backward pass within ``opcost.backward``."""
-    rf = torch.autograd.profiler.record_function
-    with rf(kineto.STEP):
-        if workload.forward_pass is not None:
-            with rf(kineto.FORWARD), annotate():
-                out = workload.forward_pass()
-            with rf(kineto.BACKWARD):
-                workload.backward_pass(out)
-            del out
-        else:
-            with rf(kineto.FORWARD), annotate():
-                workload.step()
 
 
 def _exported(prof: torch.profiler.profile) -> dict[str, Any]:
