@@ -798,12 +798,12 @@ def test_a_power_window_graph_holds_a_millisecond_of_kernels(step_gpu_s, repeats
     [(math.inf, (om.WARMUP_STEPS, om.TRACE_STEPS, om.HOST_REPEATS)), (0.0, om.LONG_REPEATS)],
 )
 def test_a_long_step_is_warmed_traced_and_timed_fewer_times(monkeypatch, long_step_s, expected):
-    """Steps counted where they run: a short step keeps 3 warm-up steps, 4 traced ones
-    and 5 host bursts; one at least ``LONG_STEP_S`` long 2, 2 and 3."""
-    assert (om.WARMUP_STEPS, om.TRACE_STEPS, om.HOST_REPEATS) == (3, 4, 5)
-    assert om.LONG_REPEATS == (2, 2, 3)
+    """Steps counted where they run: a short step keeps 3 warm-up steps, 3 traced ones
+    and 3 host bursts; one at least ``LONG_STEP_S`` long 3, 2 and 3."""
+    assert (om.WARMUP_STEPS, om.TRACE_STEPS, om.HOST_REPEATS) == (3, 3, 3)
+    assert om.LONG_REPEATS == (3, 2, 3)
     assert om.repeats(om.LONG_STEP_S) == om.LONG_REPEATS
-    assert om.repeats(om.LONG_STEP_S * 0.99) == (3, 4, 5)
+    assert om.repeats(om.LONG_STEP_S * 0.99) == (3, 3, 3)
     monkeypatch.setattr(om, "LONG_STEP_S", long_step_s)
     count = {"steps": 0, "traced": None, "bursts": None}
     prepare, profile_, host_times = harness.prepare_op, om.tracing._profile, om.tracing._host_times
