@@ -28,7 +28,7 @@ args = parser.parse_args()
 args.out.mkdir(parents=True, exist_ok=True)
 study = load_study_file("config/op-space.yaml")
 for name in args.chunks:
-    rnd, _, chunk = name.rpartition("-") if "-" in name else ("", "", name)
+    rnd, _, chunk = name.rpartition("-")  # "0": round 1, chunk 0
     samples = f"data/op-space/samples{'-' + rnd if rnd else ''}.parquet"
     started = time.perf_counter()
     opspace_measure.measure_chunk_file(

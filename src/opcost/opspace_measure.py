@@ -49,16 +49,17 @@ from opcost import harness, kineto, profile, tracing
 from opcost.io import read_parquet, write_parquet_atomic
 from opcost.peaks import measure_peaks
 
-#: A short step's warm-up steps, traced steps (median) and host bursts (median). Two
-#: warm-up steps are too few, for a long step too: after them nearly half of the short
-#: training steps traced other kernel counts than after three (H100, docs/results.md).
+#: A step's warm-up steps, a short step's traced steps (median) and host bursts
+#: (median). Two warm-up steps are too few, for a long step too: after them nearly half
+#: of the short training steps traced other kernel counts than after three (H100,
+#: docs/results.md).
 WARMUP_STEPS = 3
 TRACE_STEPS = 3
 HOST_REPEATS = 3
 #: A step at least this long (wall time, warm) is measured with ``LONG_REPEATS``.
 LONG_STEP_S = 10e-3
-#: (warm-up steps, traced steps, host bursts) of a long step.
-LONG_REPEATS = (3, 2, 3)
+#: (warm-up steps, traced steps, host bursts) of a long step: as many warm-up steps.
+LONG_REPEATS = (WARMUP_STEPS, 2, 3)
 POWER_WINDOW_S = 1.0
 #: GPU time of one CUDA-graph replay in a power window, and the most steps one holds.
 GRAPH_REPLAY_GPU_S = 1e-3
