@@ -60,11 +60,11 @@ from opcost import replay as rp
 from opcost.config import schema_defaults
 from opcost.model import op_power, op_tables, opmodel
 from opcost.model.opmodel_format import save_op_model
+from opcost.opspace_workflow import op_space_data_inputs
 from opcost.predict_replay import replay_networks
 from opcost.train import TrainConfig, make_regressor
 from opcost.validate.predictions import choice_scores, configuration_choice
 from opcost.validate.replay import _isolated_steps, call_sequences
-from opcost.workflow import op_space_data_inputs
 
 REPO = Path(__file__).resolve().parents[1]
 STUDIES = ("hopper", "hopper-large")
@@ -88,7 +88,7 @@ def sources(
     gpu: str, pool: bool, budget: Budget = None
 ) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
     """``(twin, peers)`` as ``snakemake op_models`` gives them to the op models of ``gpu``
-    (opcost.workflow.op_space_data_inputs: with ``pool``, the other GPUs' tables of the
+    (opcost.opspace_workflow.op_space_data_inputs: with ``pool``, the other GPUs' tables of the
     same TF32 setting, and the twin's with its peers'), each configuration's table as
     :func:`load` reads it, within ``budget`` each."""
     inputs = op_space_data_inputs(REPO / "data/op-space", gpu, pool)

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from opcost import opspace_measure
-from opcost import workflow as wf
+from opcost import opspace_workflow as osw
 from opcost.config import load_study_file
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -27,13 +27,13 @@ parser.add_argument("--chunks", type=int, nargs="*", help="default: every chunk 
 args = parser.parse_args()
 
 study = load_study_file(args.config)
-if f"r{args.round}-0" not in wf.op_space_chunk_names(study, args.gpu):
+if f"r{args.round}-0" not in osw.op_space_chunk_names(study, args.gpu):
     parser.error(f"{args.gpu} measures no round {args.round} (op_space.rounds' gpus)")
 samples = Path(f"results/op-space/samples-r{args.round}.parquet")
 if not samples.exists():
     samples.parent.mkdir(parents=True, exist_ok=True)
-    wf.run_op_space_samples(wf.op_space_round_params(study, args.round), str(samples))
-for chunk in args.chunks if args.chunks is not None else wf.op_space_chunks(study, args.round):
+    osw.run_op_space_samples(osw.op_space_round_params(study, args.round), str(samples))
+for chunk in args.chunks if args.chunks is not None else osw.op_space_chunks(study, args.round):
     out = Path(f"results/op-space/raw/{args.gpu}/r{args.round}-{chunk}.parquet")
     if out.exists():
         continue
@@ -45,7 +45,7 @@ for chunk in args.chunks if args.chunks is not None else wf.op_space_chunks(stud
         samples_path=samples,
         chunk=chunk,
         chunk_size=int(study.config["op_space"]["chunk_size"]),
-        families=wf.op_space_families(study, args.gpu),
+        families=osw.op_space_families(study, args.gpu),
         out_path=out,
     )
     print(json.dumps({"chunk": out.name, "s": round(time.monotonic() - started, 1), **summary}))

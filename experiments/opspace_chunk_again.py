@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from opcost import opspace_measure
-from opcost import workflow as wf
+from opcost import opspace_workflow as osw
 from opcost.config import load_study_file
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -37,7 +37,7 @@ for name in args.chunks:
         samples_path=samples,
         chunk=int(chunk),
         chunk_size=int(study.config["op_space"]["chunk_size"]),
-        families=wf.op_space_families(study, args.gpu),
+        families=osw.op_space_families(study, args.gpu),
         out_path=args.out / f"{name}.parquet",
     )
     job_s = time.perf_counter() - started

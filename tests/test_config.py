@@ -191,11 +191,11 @@ def test_op_model_settings_have_defaults_and_the_default_study_trains_the_shippe
         "holdout_fraction": 0.2,
         "seed": 0,
     }
-    from opcost import workflow as wf
+    from opcost import opspace_workflow as osw
 
-    assert wf.op_models_gpus(model) == []  # no samples, no data: no op models
+    assert osw.op_models_gpus(model) == []  # no samples, no data: no op models
     # The default study (config/config.yaml, run from the repository) trains the four
     # configurations of data/op-space.
     study = load_study_file(repo / "config" / "config.yaml")
     assert study.config["op_space"]["data"] == "data/op-space"
-    assert wf.op_models_gpus(study) == ["h100", "h100-notf32", "h200", "h200-notf32"]
+    assert osw.op_models_gpus(study) == ["h100", "h100-notf32", "h200", "h200-notf32"]

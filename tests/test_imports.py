@@ -57,6 +57,7 @@ def torch_imported(done: subprocess.CompletedProcess[str]) -> bool:
         "opcost.predict",
         "opcost.config",
         "opcost.workflow",
+        "opcost.opspace_workflow",
         "opcost.names",
         "opcost.figures",
         "opcost.sweep_record",

@@ -10,6 +10,7 @@ import yaml
 from test_workflow import _package_copy, job_counts, snakemake
 
 from opcost import op_models_job
+from opcost import opspace_workflow as osw
 from opcost import workflow as wf
 from opcost.config import load_study, load_study_file
 from opcost.model.opmodel_format import load_op_models
@@ -112,18 +113,18 @@ def test_op_models_learn_what_only_the_peer_on_the_other_gpu_measured(repo, tmp_
 def test_a_tf32_off_configuration_of_op_space_data_also_reads_its_twins_tables(repo, tmp_path):
     _op_space_copy(repo, tmp_path)
     study = load_study({"models": [], "gpus": {}, "op_space": {"data": str(tmp_path / "ops")}})
-    assert wf.op_models_gpus(study) == ["off", "on"]
+    assert osw.op_models_gpus(study) == ["off", "on"]
     on = [str(tmp_path / f"ops/on/{c}.parquet") for c in ("4", "9")]
     off = [str(tmp_path / f"ops/off/{c}.parquet") for c in ("4", "9")]
     # Matched by what the tables record (same GPU, same dtype, TF32 on), not by name.
     # Both measured on the H100: no peers on another GPU to pool with.
-    assert wf.op_model_inputs(study, "off") == {"chunks": off, "twin": on, "peers": []}
-    assert wf.op_model_inputs(study, "on") == {"chunks": on, "twin": [], "peers": []}
+    assert osw.op_model_inputs(study, "off") == {"chunks": off, "twin": on, "peers": []}
+    assert osw.op_model_inputs(study, "on") == {"chunks": on, "twin": [], "peers": []}
 
 
 def test_measured_op_models_train_on_the_studys_chunks_and_the_tf32_twins(repo):
     study = load_study_file(repo / "config" / "op-space.yaml")
-    assert wf.op_models_gpus(study) == ["h100", "h200", "h100-notf32", "h200-notf32"]
+    assert osw.op_models_gpus(study) == ["h100", "h200", "h100-notf32", "h200-notf32"]
     # Every round's: round 1's 2,272 configurations in chunks of 250 (10 chunks), then
     # round 2's and round 3's 1,200 each (5 chunks, r2-0 to r2-4 and r3-0 to r3-4),
     # round 4's 120 (one chunk), round 5's 480 (two) and round 6's 720 (three); round 7's
@@ -152,14 +153,14 @@ def test_measured_op_models_train_on_the_studys_chunks_and_the_tf32_twins(repo):
     # Pooled with the other GPU's configuration of its TF32 setting, the rounds only the
     # H100 measured included (op_space.model.pool_gpus, on by default); the families it
     # lacks from both TF32-on twins.
-    assert wf.op_model_inputs(study, "h200-notf32") == {
+    assert osw.op_model_inputs(study, "h200-notf32") == {
         "chunks": h200_off,
         "twin": [*h200_on, *h100_on],
         "peers": h100_off,
     }
-    assert wf.op_model_inputs(study, "h200") == {"chunks": h200_on, "twin": [], "peers": h100_on}
-    assert wf.op_model_inputs(study, "h100") == {"chunks": h100_on, "twin": [], "peers": h200_on}
-    assert wf.op_model_inputs(study, "h100-notf32") == {
+    assert osw.op_model_inputs(study, "h200") == {"chunks": h200_on, "twin": [], "peers": h100_on}
+    assert osw.op_model_inputs(study, "h100") == {"chunks": h100_on, "twin": [], "peers": h200_on}
+    assert osw.op_model_inputs(study, "h100-notf32") == {
         "chunks": h100_off,
         "twin": [*h100_on, *h200_on],
         "peers": h200_off,
@@ -167,7 +168,7 @@ def test_measured_op_models_train_on_the_studys_chunks_and_the_tf32_twins(repo):
     config = yaml.safe_load((repo / "config" / "op-space.yaml").read_text())
     config["op_space"]["model"] = {"pool_gpus": False}
     alone = load_study(config)
-    assert wf.op_model_inputs(alone, "h200-notf32") == {
+    assert osw.op_model_inputs(alone, "h200-notf32") == {
         "chunks": h200_off,
         "twin": h200_on,
         "peers": [],

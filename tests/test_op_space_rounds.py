@@ -16,6 +16,7 @@ from test_bad_input import _snakemake_dry_run
 from test_workflow import job_counts, snakemake
 
 from opcost import opspace
+from opcost import opspace_workflow as osw
 from opcost import workflow as wf
 from opcost.config import ConfigError, load_schema, load_study, load_study_file
 
@@ -95,16 +96,16 @@ def test_rounds_without_round_1_are_refused():
 def test_a_rounds_power_samples_default_to_2_and_round_1s_are_its_own():
     study = load_study(_config([ROUND_2]))
     assert study.config["op_space"]["rounds"] == [{**ROUND_2, "power_samples": 2, "generator": 2}]
-    assert wf.op_space_sampling_params(study)["power_samples"] == 0
+    assert osw.op_space_sampling_params(study)["power_samples"] == 0
 
 
 def test_a_round_samples_with_the_newest_generator_unless_it_names_one():
     study = load_study(_config([ROUND_2, {**ROUND_2, "generator": 1}]))
     # The default: generator 2, the newest that fills the space evenly (3 weights grouped
     # convolutions for an adaptive round).
-    assert wf.op_space_sampling_params(study)["generator"] == 2
-    assert wf.op_space_round_params(study, 2)["generator"] == 2
-    assert wf.op_space_round_params(study, 3)["generator"] == 1
+    assert osw.op_space_sampling_params(study)["generator"] == 2
+    assert osw.op_space_round_params(study, 2)["generator"] == 2
+    assert osw.op_space_round_params(study, 3)["generator"] == 1
     assert tuple(range(1, 9)) == opspace.GENERATORS
     config = _config([{**ROUND_2, "generator": 9}])
     with pytest.raises(ConfigError, match=r"op_space\.rounds\.0\.generator: 9 is not allowed"):
@@ -131,15 +132,15 @@ def test_snakemake_refuses_a_bad_round_before_any_job(repo, tmp_path):
 
 
 def _sampled(params, path):
-    wf.run_op_space_samples(params, str(path))
+    osw.run_op_space_samples(params, str(path))
     return pd.read_parquet(path)
 
 
 def test_a_later_round_continues_every_familys_sequence_after_the_rounds_before(tmp_path):
     study = load_study(_config([ROUND_2, ROUND_3]))
-    r1 = _sampled(wf.op_space_sampling_params(study), tmp_path / "r1.parquet")
-    r2 = _sampled(wf.op_space_round_params(study, 2), tmp_path / "r2.parquet")
-    r3 = _sampled(wf.op_space_round_params(study, 3), tmp_path / "r3.parquet")
+    r1 = _sampled(osw.op_space_sampling_params(study), tmp_path / "r1.parquet")
+    r2 = _sampled(osw.op_space_round_params(study, 2), tmp_path / "r2.parquet")
+    r3 = _sampled(osw.op_space_round_params(study, 3), tmp_path / "r3.parquet")
 
     def index(table):
         return {f: list(g) for f, g in table.groupby("family")["sample"]}
@@ -167,19 +168,19 @@ def test_a_rounds_settings_hold_only_the_rounds_up_to_its_own():
     two = load_study(_config([ROUND_2]))
     three = load_study(_config([ROUND_2, ROUND_3]))
     # Adding a round changes neither round 1's sampling nor an earlier round's.
-    assert wf.op_space_sampling_params(one) == wf.op_space_sampling_params(three)
-    assert wf.op_space_round_params(two, 2) == wf.op_space_round_params(three, 2)
-    assert wf.op_space_round_params(three, 3)["starts"] == {"conv": 5, "view": 2, "linear": 2}
+    assert osw.op_space_sampling_params(one) == osw.op_space_sampling_params(three)
+    assert osw.op_space_round_params(two, 2) == osw.op_space_round_params(three, 2)
+    assert osw.op_space_round_params(three, 3)["starts"] == {"conv": 5, "view": 2, "linear": 2}
     for missing in (1, 4):
         with pytest.raises(wf.OpcostError, match=f"op space round {missing}: .* rounds 1-3"):
-            wf.op_space_round_params(three, missing)
+            osw.op_space_round_params(three, missing)
 
 
 def test_every_rounds_chunks_are_measured(tmp_path):
     study = load_study(_config([ROUND_2, ROUND_3]))
     # 5 configurations of round 1, 4 of round 2, 2 of round 3, chunks of 2.
-    assert wf.op_space_chunk_names(study) == ["0", "1", "2", "r2-0", "r2-1", "r3-0"]
-    assert wf.op_space_chunks(study, 2) == [0, 1]
+    assert osw.op_space_chunk_names(study) == ["0", "1", "2", "r2-0", "r2-1", "r3-0"]
+    assert osw.op_space_chunks(study, 2) == [0, 1]
 
 
 def test_a_round_that_names_gpus_is_measured_and_trained_on_by_those_alone():
@@ -189,19 +190,19 @@ def test_a_round_that_names_gpus_is_measured_and_trained_on_by_those_alone():
         "off": {"device": "cuda", "tf32": False, "dtype": "float32"},
     }
     study = load_study(config)
-    assert wf.op_space_chunk_names(study, "on") == ["0", "1", "2", "r2-0", "r2-1"]
-    assert wf.op_space_chunk_names(study, "off") == ["0", "1", "2", "r2-0", "r2-1", "r3-0"]
+    assert osw.op_space_chunk_names(study, "on") == ["0", "1", "2", "r2-0", "r2-1"]
+    assert osw.op_space_chunk_names(study, "off") == ["0", "1", "2", "r2-0", "r2-1", "r3-0"]
     raw = "results/op-space/raw"
-    assert wf.op_space_chunk_paths(study) == [
+    assert osw.op_space_chunk_paths(study) == [
         *(f"{raw}/on/{c}.parquet" for c in ("0", "1", "2", "r2-0", "r2-1")),
         *(f"{raw}/off/{c}.parquet" for c in ("0", "1", "2", "r2-0", "r2-1", "r3-0")),
     ]
     # The TF32-off configuration trains on its own round 3 and on its twin's other rounds.
-    inputs = wf.op_model_inputs(study, "off")
+    inputs = osw.op_model_inputs(study, "off")
     assert inputs["chunks"][-1] == f"{raw}/off/r3-0.parquet"
     assert inputs["twin"] == [f"{raw}/on/{c}.parquet" for c in ("0", "1", "2", "r2-0", "r2-1")]
     # A round's samples are the same whoever measures it.
-    assert wf.op_space_round_params(study, 3) == wf.op_space_round_params(
+    assert osw.op_space_round_params(study, 3) == osw.op_space_round_params(
         load_study(_config([ROUND_2, ROUND_3])), 3
     )
     config["op_space"]["rounds"][1]["gpus"] = ["of"]
@@ -282,8 +283,8 @@ def test_the_op_space_config_records_each_rounds_allocation(repo):
     ]  # fmt: skip
     study = load_study_file(repo / "config/op-space.yaml")
     samples = study.config["op_space"]["samples"]
-    assert wf.op_space_round_params(study, 2)["starts"] == samples
-    assert wf.op_space_round_params(study, 3)["starts"] == {
+    assert osw.op_space_round_params(study, 2)["starts"] == samples
+    assert osw.op_space_round_params(study, 3)["starts"] == {
         f: samples.get(f, 0) + rounds[0]["samples"].get(f, 0) for f in samples
     }
 
@@ -378,7 +379,7 @@ def test_op_space_data_holds_every_rounds_chunks_in_order_and_no_samples_table(t
     from opcost.config import op_space_data_gpus
 
     assert op_space_data_gpus(root) == ["h100"]
-    chunks = [Path(p).name for p in wf.op_space_data_chunks(root, "h100")]
+    chunks = [Path(p).name for p in osw.op_space_data_chunks(root, "h100")]
     assert chunks == [f"{c}.parquet" for c in ("2", "10", "r2-0", "r2-2", "r2-10", "r3-0")]
 
 

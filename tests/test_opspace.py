@@ -16,8 +16,8 @@ from conftest import as_ordinary_user
 
 from opcost import harness, opspace, opspace_conv, opspace_draw
 from opcost import opspace_measure as om
+from opcost import opspace_workflow as osw
 from opcost import spec as specs
-from opcost import workflow as wf
 from opcost.config import ConfigError, GpuConfig, load_schema, load_study_file, validate_config
 from opcost.extract import extract_ops
 from opcost.model.features import op_counts
@@ -397,15 +397,15 @@ def test_an_empty_chunk_writes_the_same_columns_without_measuring(tiny, tmp_path
 
 def test_the_op_space_config_twins_and_families(repo):
     study = load_study_file(repo / "config/op-space.yaml")
-    assert wf.tf32_twin(study, "h100") is None
-    assert wf.tf32_twin(study, "h100-notf32") == "h100"
-    assert wf.tf32_twin(study, "h200-notf32") == "h200"
-    assert wf.op_space_families(study, "h200") is None
-    assert wf.op_space_families(study, "h100-notf32") == ["conv", "linear", "matmul", "attention"]
+    assert osw.tf32_twin(study, "h100") is None
+    assert osw.tf32_twin(study, "h100-notf32") == "h100"
+    assert osw.tf32_twin(study, "h200-notf32") == "h200"
+    assert osw.op_space_families(study, "h200") is None
+    assert osw.op_space_families(study, "h100-notf32") == ["conv", "linear", "matmul", "attention"]
     total = sum(study.config["op_space"]["samples"].values())
     assert total == 2272
-    assert wf.op_space_chunks(study) == list(range(10))  # ceil(2272 / 250)
-    assert wf.op_space_sampling_params(study)["seed"] == 0
+    assert osw.op_space_chunks(study) == list(range(10))  # ceil(2272 / 250)
+    assert osw.op_space_sampling_params(study)["seed"] == 0
 
 
 def test_without_a_tf32_twin_a_tf32_off_configuration_measures_every_family(repo):
@@ -417,8 +417,8 @@ def test_without_a_tf32_twin_a_tf32_off_configuration_measures_every_family(repo
     from opcost.config import load_study
 
     study = load_study(config)
-    assert wf.tf32_twin(study, "off") is None  # another GPU model is no twin
-    assert wf.op_space_families(study, "off") is None
+    assert osw.tf32_twin(study, "off") is None  # another GPU model is no twin
+    assert osw.op_space_families(study, "off") is None
 
 
 # -- the committed measurements (data/op-space) ---------------------------------------------
@@ -504,7 +504,7 @@ def test_the_committed_tf32_off_measurements_are_of_the_tf32_families_only(gpu):
     table = _measured(gpu)
     assert (table["status"] == "ok").all()
     assert not table["tf32"].any()
-    assert set(table["family"]) <= set(wf.TF32_FAMILIES)
+    assert set(table["family"]) <= set(osw.TF32_FAMILIES)
     assert (table["gpu_time_s"] > 0).all()
     # FP32 without TF32: a few times below the TF32 peak (H100 SXM: 67 vs 495 TFLOP/s).
     twin = _measured(gpu.removesuffix("-notf32"))
@@ -735,10 +735,10 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     """config/op-space.yaml, sampled again, gives the committed samples of each round: the
     generator version a round names keeps it as measured."""
     study = load_study_file(REPO / "config/op-space.yaml")
-    rounds = wf.op_space_round_counts(study)
+    rounds = osw.op_space_round_counts(study)
     assert len(rounds) == 17
     for r in range(2, len(rounds) + 1):
-        params = wf.op_space_round_params(study, r)
+        params = osw.op_space_round_params(study, r)
         committed = pd.read_parquet(DATA / f"samples-r{r}.parquet")
         again = opspace.sample(
             params["samples"], seed=params["seed"], starts=params["starts"], round_=r,
@@ -747,13 +747,13 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
         # Op ids hash module attributes, which differ between torch versions (GroupNorm's
         # ``bias``): the configurations are compared by their types and tensor shapes.
         assert _shapes(again) == _shapes(committed), r
-    assert wf.op_space_round_params(study, 5)["generator"] == 2
-    assert wf.op_space_round_params(study, 6)["generator"] == 3
-    assert wf.op_space_round_params(study, 7)["generator"] == 4
-    assert wf.op_space_round_params(study, 8)["generator"] == 5
-    generators = [wf.op_space_round_params(study, r)["generator"] for r in range(9, 16)]
+    assert osw.op_space_round_params(study, 5)["generator"] == 2
+    assert osw.op_space_round_params(study, 6)["generator"] == 3
+    assert osw.op_space_round_params(study, 7)["generator"] == 4
+    assert osw.op_space_round_params(study, 8)["generator"] == 5
+    generators = [osw.op_space_round_params(study, r)["generator"] for r in range(9, 16)]
     assert generators == [6, 6, 5, 7, 7, 8, 8]
-    assert wf.op_space_sampling_params(study)["generator"] == 1
+    assert osw.op_space_sampling_params(study)["generator"] == 1
 
 
 def test_sampled_widths_are_mostly_aligned_as_networks_use_them() -> None:
@@ -911,7 +911,7 @@ def test_a_counter_that_does_not_change_fails_the_power_window(monkeypatch):
 
 @pytest.mark.parametrize(("n", "k"), [(640, 6), (64, 6), (5, 6), (7, 0)])
 def test_the_power_samples_are_spread_evenly_over_each_family(tmp_path, n, k):
-    from opcost.workflow import run_op_space_samples
+    from opcost.opspace_workflow import run_op_space_samples
 
     out = tmp_path / "samples.parquet"
     params = {"samples": {"softmax": n}, "power_samples": k, "seed": 0, "generator": 2}

@@ -10,6 +10,7 @@ from opcost.names import (
     SPEC_VERSION,
 )
 from opcost import workflow as wf
+from opcost import opspace_workflow as osw
 from opcost import included
 from opcost.model.sources import SHIPPED as SHIPPED_PREDICTORS, ship as ship_predictor
 from opcost import slurm as slurm_preflight

@@ -13,9 +13,9 @@ rule op_space_samples:
     log:
         "logs/op-space/samples.log",
     params:
-        sampling=wf.op_space_sampling_params(STUDY),
+        sampling=osw.op_space_sampling_params(STUDY),
     run:
-        wf.run_op_space_samples(params.sampling, output.samples)
+        osw.run_op_space_samples(params.sampling, output.samples)
 
 
 rule measure_op_space:
@@ -33,9 +33,9 @@ rule measure_op_space:
         constraint=get_slurm_constraint,
     params:
         gpu=lambda wildcards: wf.gpu_params(STUDY, wildcards.gpu),
-        families=lambda wildcards: wf.op_space_families(STUDY, wildcards.gpu),
+        families=lambda wildcards: osw.op_space_families(STUDY, wildcards.gpu),
     run:
-        wf.run_op_space_chunk(STUDY, wildcards, input, output, log)
+        osw.run_op_space_chunk(STUDY, wildcards, input, output, log)
 
 
 # Later rounds (op_space.rounds; adaptive sampling, docs/op-space.md): round r continues
@@ -50,9 +50,9 @@ rule op_space_round_samples:
     wildcard_constraints:
         round=r"[2-9]|[1-9]\d+",
     params:
-        sampling=lambda wildcards: wf.op_space_round_params(STUDY, int(wildcards.round)),
+        sampling=lambda wildcards: osw.op_space_round_params(STUDY, int(wildcards.round)),
     run:
-        wf.run_op_space_samples(params.sampling, output.samples)
+        osw.run_op_space_samples(params.sampling, output.samples)
 
 
 rule measure_op_space_round:
@@ -71,14 +71,14 @@ rule measure_op_space_round:
         constraint=get_slurm_constraint,
     params:
         gpu=lambda wildcards: wf.gpu_params(STUDY, wildcards.gpu),
-        families=lambda wildcards: wf.op_space_families(STUDY, wildcards.gpu),
+        families=lambda wildcards: osw.op_space_families(STUDY, wildcards.gpu),
     run:
-        wf.run_op_space_chunk(STUDY, wildcards, input, output, log)
+        osw.run_op_space_chunk(STUDY, wildcards, input, output, log)
 
 
 rule op_space_raw:
     input:
-        wf.op_space_chunk_paths(STUDY),
+        osw.op_space_chunk_paths(STUDY),
 
 
 # The op models (opcost.model.opmodel, docs/op-space.md): one per GPU configuration,
@@ -88,13 +88,13 @@ rule op_space_raw:
 # manifest.json, written last, lists the chunk tables as sources.
 from opcost import op_models_job
 
-OP_MODEL_GPUS = wf.op_models_gpus(STUDY)
+OP_MODEL_GPUS = osw.op_models_gpus(STUDY)
 OP_MODEL_MANIFESTS = expand("results/op-models/{gpu}/manifest.json", gpu=OP_MODEL_GPUS)
 
 
 rule train_op_models:
     input:
-        unpack(lambda wildcards: wf.op_model_inputs(STUDY, wildcards.gpu)),
+        unpack(lambda wildcards: osw.op_model_inputs(STUDY, wildcards.gpu)),
     output:
         model="results/op-models/{gpu}/op_model.json",
         trees="results/op-models/{gpu}/trees.npz",
@@ -104,7 +104,7 @@ rule train_op_models:
         "logs/op-models/{gpu}.log",
     threads: 2
     params:
-        model=wf.op_models_params(STUDY),
+        model=osw.op_models_params(STUDY),
         # A change to the opcost code it runs retrains the op models.
         opcost_code=wf.run_code_version(op_models_job.run_train_op_models),
     run:

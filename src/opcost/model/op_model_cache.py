@@ -60,7 +60,7 @@ def cached_op_models(data: Path, log: Callable[[str], None] = lambda line: None)
     from opcost import op_models_job
     from opcost.config import op_space_data_gpus, schema_defaults
     from opcost.model.opmodel_format import MANIFEST_FILE
-    from opcost.workflow import op_space_data_inputs
+    from opcost.opspace_workflow import op_space_data_inputs
 
     target = cache_root() / key(data)
     gpus = op_space_data_gpus(data)

@@ -31,7 +31,7 @@ data):
 
 Views (no kernels) take GPU time 0. A family the op space lacks for a configuration (a
 TF32-off configuration measures only the TF32 families; the rest is its twin's, see
-:func:`opcost.workflow.tf32_twin`) is learnt from the twin's rows. Regressors:
+:func:`opcost.opspace_workflow.tf32_twin`) is learnt from the twin's rows. Regressors:
 ``random_forest``, ``extra_trees``, ``gradient_boosting`` (:func:`opcost.train.make_regressor`).
 """
 
