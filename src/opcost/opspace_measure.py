@@ -16,8 +16,8 @@ An op-space job (:func:`measure_chunk`) measures one chunk of the sampled config
 * **power**, for the configurations the samples mark ``power`` (spread evenly over each
   family's sequence): the NVML energy counter over a timed loop of ``POWER_WINDOW_S``,
   between the first and the last change of the counter in it (it changes about every
-  100 ms: :func:`_power_window`), with the loop's time per call, so that an op's
-  busy power follows as in :mod:`opcost.validate.replay`. The loop replays a CUDA graph
+  100 ms: :mod:`opcost.power_window`), with the time per call between the two, so
+  that an op's busy power follows as in :mod:`opcost.validate.replay`. The loop replays a CUDA graph
   of the op's steps (:func:`graph_repeats`), so that the GPU is busy through the window
   whatever the host time: an op of microsecond kernels, host-bound when issued eagerly,
   shows its busy power too. A step that cannot be captured runs eagerly
@@ -45,9 +45,8 @@ from typing import Any
 import pandas as pd
 import torch
 
-from opcost import harness, kineto, profile, tracing
+from opcost import harness, kineto, power_window, profile, tracing
 from opcost.io import read_parquet, write_parquet_atomic
-from opcost.nvml import NvmlError
 from opcost.peaks import measure_peaks
 
 #: A step's warm-up steps, a short step's traced steps (median) and host bursts
@@ -62,13 +61,6 @@ LONG_STEP_S = 10e-3
 #: (warm-up steps, traced steps, host bursts) of a long step: as many warm-up steps.
 LONG_REPEATS = (WARMUP_STEPS, 2, 3)
 POWER_WINDOW_S = 1.0
-#: Wall time of the steps run between two reads of the energy counter in a power window
-#: (:func:`edge_block_steps`, at most ``EDGE_BLOCK_MAX_STEPS``), long beside a read, and
-#: how much longer than the window a loop may wait for the counter to change: it
-#: changes about every 100 ms under load.
-EDGE_BLOCK_S = 20e-3
-EDGE_BLOCK_MAX_STEPS = 1000
-EDGE_TIMEOUT_S = 2.0
 #: GPU time of one CUDA-graph replay in a power window, and the most steps one holds.
 GRAPH_REPLAY_GPU_S = 1e-3
 GRAPH_MAX_REPEATS = 256
@@ -99,81 +91,25 @@ def _power_window(
     window_s: float | None = None,
 ) -> dict[str, Any]:
     """Mean power (W) and time per call (s) over a loop of about ``window_s``
-    (``POWER_WINDOW_S``), run from a CUDA graph of as many steps as keep the GPU busy
-    (:func:`graph_repeats`) where the step can be captured, else eagerly (``power_graphed``
-    says which).
-
-    The energy counter holds the energy up to its last update, about every 100 ms, so two
-    reads at arbitrary times miss or add up to an update interval of energy at each end.
-    The loop reads it after every block of steps (:func:`edge_block_steps`), and the
-    window runs from the first change it sees to the last: its energy and its time are
-    those between two updates, each end placed within a block."""
-    window_s = POWER_WINDOW_S if window_s is None else window_s
+    (``POWER_WINDOW_S``), between the first and the last change of the energy counter in
+    it (:func:`opcost.power_window.counter_window`), run from a CUDA graph of as many
+    steps as keep the GPU busy (:func:`graph_repeats`) where the step can be captured,
+    else eagerly (``power_graphed`` says which)."""
     try:
         run = harness.graphed(workload, device, graph_repeats(step_gpu_s))
         graphed = True
     except harness.GraphCaptureFailed:
         run, graphed = workload, False
     with run.context(), harness._no_cyclic_gc():
-        t = time.perf_counter()
-        run.step()
-        harness._sync(device)
-        first, last = _counter_edges(
-            run, device, counter, edge_block_steps(time.perf_counter() - t), window_s
+        window = power_window.counter_window(
+            run, device, counter.read_mj, POWER_WINDOW_S if window_s is None else window_s
         )
-    (t0, e0, steps0), (t1, e1, steps1) = first, last
     return {
-        "power_w": (e1 - e0) / 1e3 / (t1 - t0),
-        "power_window_s": t1 - t0,
-        "power_time_s": (t1 - t0) / ((steps1 - steps0) * run.calls_per_step),
+        "power_w": window.power_w,
+        "power_window_s": window.window_s,
+        "power_time_s": window.window_s / (window.steps * run.calls_per_step),
         "power_graphed": graphed,
     }
-
-
-def edge_block_steps(step_s: float) -> int:
-    """Steps run between two reads of the energy counter in a power window: as many as fill
-    ``EDGE_BLOCK_S`` of wall time, 1 to ``EDGE_BLOCK_MAX_STEPS``. A window's ends are
-    placed within a block of the counter's update."""
-    if step_s <= 0:
-        return EDGE_BLOCK_MAX_STEPS
-    return max(1, min(EDGE_BLOCK_MAX_STEPS, round(EDGE_BLOCK_S / step_s)))
-
-
-def _counter_edges(
-    run: harness.Workload, device: torch.device, counter: Any, block: int, window_s: float
-) -> tuple[tuple[float, int, int], tuple[float, int, int]]:
-    """Run ``run`` in blocks of ``block`` steps for ``window_s``, and on until the counter
-    has changed at least twice, ``window_s / 2`` apart: the first and the last change
-    seen, each as (the time of the read that saw it, the reading, the steps launched by
-    then). Each read is taken while the GPU runs a block, so both ends lag their update
-    alike, by up to a block.
-
-    Raises:
-        NvmlError: the counter did not change twice within ``EDGE_TIMEOUT_S`` more.
-    """
-    started = time.perf_counter()
-    last_mj = counter.read_mj()
-    changes: list[tuple[float, int, int]] = []
-    steps = 0
-    while True:
-        for _ in range(block):
-            run.step()
-        steps += block
-        # Read while the GPU still runs the block: a read takes milliseconds, and the GPU
-        # left idle meanwhile would draw less.
-        mj, now = counter.read_mj(), time.perf_counter()
-        harness._sync(device)
-        if mj != last_mj:
-            changes.append((now, mj, steps))
-            last_mj = mj
-        if now - started >= window_s:
-            if len(changes) >= 2 and changes[-1][0] - changes[0][0] >= window_s / 2:
-                return changes[0], changes[-1]
-            if now - started > window_s + EDGE_TIMEOUT_S:
-                raise NvmlError(
-                    f"the GPU's energy counter changed {len(changes)} times in "
-                    f"{now - started:.1f} s of work: no power window can be measured on it"
-                )
 
 
 def repeats(warm_step_s: float) -> tuple[int, int, int]:

@@ -26,8 +26,10 @@ A trace job (:func:`trace_job`) builds the same workload as the profiling job
    bursts, the CPU model, and the cost of a synchronisation on an idle device;
 5. a network on a GPU also **with CUDA graphs** (:func:`graph_figures`): its step captured
    once and replayed, so that the host no longer issues each op: time and energy per
-   step over a window of ``GRAPH_WINDOW_S`` (the NVML energy counter, about ten
-   updates), and the kernels of ``TRACE_STEPS`` traced replays. A network that cannot be
+   step over a window of about ``GRAPH_WINDOW_S`` between two changes of the NVML
+   energy counter (:mod:`opcost.power_window`, about nine of its updates; without a
+   counter, time over ``WALL_WINDOW_S``), and the kernels of ``TRACE_STEPS`` traced
+   replays. A network that cannot be
    captured has ``graph_status: failed`` and the reason; the rest of its record stands.
 
 A profiler that records no device work on a GPU fails the job (:class:`TraceFailed`).
@@ -51,7 +53,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from opcost import gpu_setting, harness, kineto, profile
+from opcost import gpu_setting, harness, kineto, power_window, profile
 from opcost.call_annotator import CallAnnotator, learn_calls
 from opcost.errors import OpcostError
 from opcost.io import staged_path
@@ -71,7 +73,7 @@ OP_WALL_WINDOW_S = 0.01
 #: The timed loop's warm-up, a share of its window (after ``WARMUP_STEPS`` steps).
 WALL_WARMUP_SHARE = 0.2
 WARMUP_STEPS = 3
-#: Timed window of a CUDA-graph network with an energy counter (without one, WALL_WINDOW_S).
+#: Window of a CUDA-graph network where there is an energy counter (else WALL_WINDOW_S).
 GRAPH_WINDOW_S = 1.0
 #: Dispatches of the host-speed probe.
 PROBE_DISPATCHES = 200
@@ -271,38 +273,47 @@ def graph_figures(
     read_energy_mj: Callable[[], int | None] | None = None,
 ) -> dict[str, Any]:
     """Per call of ``workload`` replayed from a CUDA graph (:func:`harness.graphed`):
-    time (and its σ), energy and power over a window of ``GRAPH_WINDOW_S`` where
-    ``read_energy_mj`` reads an energy counter (mJ), else of ``WALL_WINDOW_S`` and no
-    energy; GPU kernel time, kernels and the device's gap between them from
-    ``TRACE_STEPS`` traced replays. ``graph_status`` is ``failed`` with
-    ``graph_failure_reason`` where the step cannot be captured."""
+    where ``read_energy_mj`` reads an energy counter (mJ), time (and its σ over blocks),
+    power and energy over a window of about ``GRAPH_WINDOW_S`` between two changes of
+    the counter (:func:`opcost.power_window.counter_window`), else time over one of
+    ``WALL_WINDOW_S`` and no energy; GPU kernel time, kernels and the device's gap
+    between them from ``TRACE_STEPS`` traced replays. ``graph_status`` is ``failed``
+    with ``graph_failure_reason`` where the step cannot be captured."""
     device = torch.device(opts.device)
     try:
         graph = harness.graphed(workload, device)
     except harness.GraphCaptureFailed as e:
         return {"graph_status": "failed", "graph_failure_reason": str(e)}
     calls = graph.calls_per_step
-    read = read_energy_mj or (lambda: None)
-    window_s = GRAPH_WINDOW_S if read() is not None else WALL_WINDOW_S
-    timing = harness.measure(graph, replace(opts, min_run_time_s=window_s, warmup_s=0.05), read)
+    figures: dict[str, Any] = {"graph_status": "ok", "graph_failure_reason": None}
+    if read_energy_mj is not None and read_energy_mj() is not None:
+        with graph.context(), harness._no_cyclic_gc():
+            window = power_window.counter_window(graph, device, read_energy_mj, GRAPH_WINDOW_S)
+        figures.update(
+            graph_time_s=window.step_s / calls,
+            sigma_graph_time_s=window.sigma_step_s / calls,
+            graph_energy_j=window.energy_j / (window.steps * calls),
+            graph_power_w=window.power_w,
+            graph_window_s=window.window_s,
+        )
+    else:
+        timing = harness.measure(graph, replace(opts, min_run_time_s=WALL_WINDOW_S, warmup_s=0.05))
+        per_call = timing.iterations * calls
+        figures.update(
+            graph_time_s=timing.total_time_s / per_call,
+            sigma_graph_time_s=timing.sigma_total_time_s / per_call,
+            graph_energy_j=None,
+            graph_power_w=None,
+            graph_window_s=timing.total_time_s,
+        )
     trace = kineto.parse(_profile(graph, device, None))
     steps = kineto.steps(trace)
-    per_call = timing.iterations * calls
-    e0, e1 = timing.energy_counter_start_mj, timing.energy_counter_end_mj
-    energy_j = (e1 - e0) / 1e3 / per_call if e0 is not None and e1 is not None else None
-    time_s = timing.total_time_s / per_call
-    return {
-        "graph_status": "ok",
-        "graph_failure_reason": None,
-        "graph_time_s": time_s,
-        "sigma_graph_time_s": timing.sigma_total_time_s / per_call,
-        "graph_energy_j": energy_j,
-        "graph_power_w": energy_j / time_s if energy_j is not None else None,
-        "graph_window_s": timing.total_time_s,
-        "graph_gpu_time_s": statistics.median(s.gpu_s for s in steps) / calls,
-        "graph_n_kernels": statistics.median(s.n_kernels for s in steps) / calls,
-        "graph_launch_gap_s": kineto.launch_gap_s(trace),
-    }
+    figures.update(
+        graph_gpu_time_s=statistics.median(s.gpu_s for s in steps) / calls,
+        graph_n_kernels=statistics.median(s.n_kernels for s in steps) / calls,
+        graph_launch_gap_s=kineto.launch_gap_s(trace),
+    )
+    return figures
 
 
 def host_burst_steps(kernels_per_step: float, calls_per_step: int | None = None) -> int:
