@@ -98,7 +98,12 @@ TRACE_DATASET_COLUMNS = (
         "Trace, CUDA graphs (networks on a GPU; null for ops and where capture failed)",
     ),
     _col("sigma_graph_time_s", "float64", "s", "σ of graph_time_s over the timed blocks"),
-    _col("graph_energy_j", "float64", "J", "energy per step (NVML counter, ≥ 1 s window)"),
+    _col(
+        "graph_energy_j",
+        "float64",
+        "J",
+        "energy per step (NVML counter, a ~1-s window between two of its changes)",
+    ),
     _col("graph_power_w", "float64", "W", "graph_energy_j / graph_time_s"),
     _col("graph_gpu_time_s", "float64", "s", "kernel time per step of traced replays"),
     _col("graph_n_kernels", "float64", "", "kernels per step of traced replays"),
