@@ -107,7 +107,7 @@ def _power_window(
     return {
         "power_w": window.power_w,
         "power_window_s": window.window_s,
-        "power_time_s": window.window_s / (window.steps * run.calls_per_step),
+        "power_time_s": window.step_s / run.calls_per_step,
         "power_graphed": graphed,
     }
 

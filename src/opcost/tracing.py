@@ -29,8 +29,8 @@ A trace job (:func:`trace_job`) builds the same workload as the profiling job
    step over a window of about ``GRAPH_WINDOW_S`` between two changes of the NVML
    energy counter (:mod:`opcost.power_window`, about nine of its updates; without a
    counter, time over ``WALL_WINDOW_S``), and the kernels of ``TRACE_STEPS`` traced
-   replays. A network that cannot be
-   captured has ``graph_status: failed`` and the reason; the rest of its record stands.
+   replays. A network that cannot be captured has ``graph_status: failed`` and the
+   reason; the rest of its record stands.
 
 A profiler that records no device work on a GPU fails the job (:class:`TraceFailed`).
 Per-call figures divide a step by its calls (a training chain has up to 16).
