@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from opcost import harness, replay, tracing
+from opcost import harness, host_probe, replay, tracing
 from opcost.extract import build_model, extract_model_input
 from opcost.names import ModelInput
 
@@ -48,7 +48,7 @@ def main() -> None:
         "squeezenet1_1_1x3x224x224",
         "convnext_tiny_8x3x224x224",
     ]
-    facts = tracing.host_facts("cuda")
+    facts = host_probe.host_facts("cuda")
     print(facts, flush=True)
     records = {"facts": facts, "networks": {}, "ops": {}}
     for name in names:

@@ -22,8 +22,8 @@ An op-space job (:func:`measure_chunk`) measures one chunk of the sampled config
   whatever the host time: an op of microsecond kernels, host-bound when issued eagerly,
   shows its busy power too. A step that cannot be captured runs eagerly
   (``power_graphed`` false);
-* per chunk: the host-speed probe (:func:`opcost.tracing.host_probe_s`), the host
-  time of a trivial backward node (:func:`opcost.tracing.backward_node_s`), a
+* per chunk: the host-speed probe (:func:`opcost.host_probe.host_probe_s`), the host
+  time of a trivial backward node (:func:`opcost.host_probe.backward_node_s`), a
   synchronisation's cost, the idle power before the chunk, and the device's peak
   matrix-product and memory rates (:func:`opcost.peaks.measure_peaks`, the roofline's
   ceilings) under the configuration's numerics.
@@ -45,7 +45,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from opcost import harness, kineto, power_window, profile, tracing
+from opcost import harness, host_probe, kineto, power_window, profile, tracing
 from opcost.io import read_parquet, write_parquet_atomic
 from opcost.peaks import measure_peaks
 
@@ -225,7 +225,7 @@ def measure_chunk(
     with profile.device_to_itself(opts0.device):
         profile.check_gpu_name(gpu)
         header = profile.record_header("op-space", gpu.name, "default", opts0, 1)
-        facts = tracing.host_facts(opts0.device)
+        facts = host_probe.host_facts(opts0.device)
         counter = None
         idle_w = math.nan
         if device.type == "cuda":
@@ -233,8 +233,8 @@ def measure_chunk(
             counter = nvml.EnergyCounter(uuid)
             if not counter.available:
                 counter = None
-        probe_start = tracing.host_probe_s(opts0.device)
-        node_s = tracing.backward_node_s(opts0.device)
+        probe_start = host_probe.host_probe_s(opts0.device)
+        node_s = host_probe.backward_node_s(opts0.device)
         if counter is not None:
             idle_w = idle_power_w(device, counter)
         peak = measure_peaks(opts0.device, opts0.dtype, tf32=opts0.tf32)
@@ -253,7 +253,7 @@ def measure_chunk(
                     finished_unix_s=time.time(),
                 )
                 rows.append(row)
-        probe_end = tracing.host_probe_s(opts0.device)
+        probe_end = host_probe.host_probe_s(opts0.device)
         if counter is not None:
             counter.close()
     table = pd.DataFrame(rows)

@@ -22,7 +22,7 @@ A trace job (:func:`trace_job`) builds the same workload as the profiling job
    position as extraction numbers it), which gives its own per-op breakdown, backward
    nodes mapped to their forward op; the annotation (a ``TorchFunctionMode``) turns off
    fused fast paths, so the kernel totals come from the first pass;
-4. **the host's speed**: a fixed probe (:func:`host_probe_s`) right after the host
+4. **the host's speed** (:mod:`opcost.host_probe`): a fixed probe right after the host
    bursts, the CPU model, and the cost of a synchronisation on an idle device;
 5. a network on a GPU also **with CUDA graphs** (:func:`graph_figures`): its step captured
    once and replayed, so that the host no longer issues each op: time and energy per
@@ -42,7 +42,6 @@ import contextlib
 import functools
 import gzip
 import json
-import platform
 import statistics
 import tempfile
 import time
@@ -53,7 +52,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from opcost import gpu_setting, harness, kineto, power_window, profile
+from opcost import gpu_setting, harness, host_probe, kineto, power_window, profile
 from opcost.call_annotator import CallAnnotator, learn_calls
 from opcost.errors import OpcostError
 from opcost.io import staged_path
@@ -75,92 +74,10 @@ WALL_WARMUP_SHARE = 0.2
 WARMUP_STEPS = 3
 #: Window of a CUDA-graph network where there is an energy counter (else WALL_WINDOW_S).
 GRAPH_WINDOW_S = 1.0
-#: Dispatches of the host-speed probe.
-PROBE_DISPATCHES = 200
-PROBE_REPEATS = 3
-#: Repeats of :func:`backward_node_s` (op-space chunks measure it once each).
-BACKWARD_NODE_REPEATS = 5
 
 
 class TraceFailed(OpcostError, RuntimeError):
     """The profiler could not trace the workload (no device work recorded)."""
-
-
-def host_cpu_model() -> str:
-    """The host CPU's model name (``/proc/cpuinfo``), else what ``platform`` says."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def host_probe_s(device: str) -> float:
-    """The host's speed now: seconds to issue ``PROBE_DISPATCHES`` in-place adds on a
-    one-element tensor of ``device`` (median of ``PROBE_REPEATS``, without waiting for
-    the device); a fixed sequence of small dispatches, like a host-bound network's.
-    Measured in each job right after its host bursts, as the host's speed varies."""
-    dev = torch.device(device)
-    x = torch.zeros(1, device=dev)
-    times = []
-    for _ in range(PROBE_REPEATS):
-        harness._sync(dev)
-        t0 = time.perf_counter()
-        for _ in range(PROBE_DISPATCHES):
-            x.add_(1.0)
-        times.append(time.perf_counter() - t0)
-    harness._sync(dev)
-    return statistics.median(times)
-
-
-#: Chain depths whose backward passes :func:`backward_node_s` compares.
-BACKWARD_NODE_DEPTHS = (1, 65)
-
-
-def backward_node_s(device: str) -> float:
-    """The host time one trivial node adds to a backward pass, as each op of a network
-    does: a chain of ``view`` calls on one tensor, its backward pass timed at the depths
-    of ``BACKWARD_NODE_DEPTHS``, the difference per node (median of ``BACKWARD_NODE_REPEATS``,
-    each a median of 5). An op measured alone has its inputs as leaves: its backward host
-    time also holds their gradients' accumulation, which this separates."""
-    dev = torch.device(device)
-    x = torch.zeros(8, device=dev, requires_grad=True)
-    grad = torch.ones(8, device=dev)
-
-    def backward_s(depth: int) -> float:
-        y = x
-        for _ in range(depth):
-            y = y.view(-1)
-        harness._sync(dev)
-        t0 = time.perf_counter()
-        torch.autograd.backward([y], [grad])
-        elapsed = time.perf_counter() - t0
-        x.grad = None
-        return elapsed
-
-    lo, hi = BACKWARD_NODE_DEPTHS
-    slopes = []
-    for _ in range(BACKWARD_NODE_REPEATS):
-        short = statistics.median(backward_s(lo) for _ in range(5))
-        long = statistics.median(backward_s(hi) for _ in range(5))
-        slopes.append((long - short) / (hi - lo))
-    harness._sync(dev)
-    return max(statistics.median(slopes), 0.0)
-
-
-@functools.cache
-def sync_s(device: str) -> float:
-    """What a synchronisation with an idle device costs the host (median of 51)."""
-    dev = torch.device(device)
-    harness._sync(dev)
-    times = []
-    for _ in range(51):
-        t0 = time.perf_counter()
-        harness._sync(dev)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 @functools.cache
@@ -235,7 +152,7 @@ def trace_workload(
     burst = host_burst_steps(statistics.median(s.n_kernels for s in steps), calls)
     t3 = time.perf_counter()
     bursts = _host_times(workload, device, burst)
-    probe = host_probe_s(opts.device)
+    probe = host_probe.host_probe_s(opts.device)
     t4 = time.perf_counter()
     record: dict[str, Any] = {
         "trace_steps": len(steps),
@@ -251,7 +168,7 @@ def trace_workload(
         "launch_gap_s": launch_gap,
         "host_burst_steps": burst,
         "host_probe_s": probe,
-        "host_probe_dispatches": PROBE_DISPATCHES,
+        "host_probe_dispatches": host_probe.PROBE_DISPATCHES,
         # Where a trace job's time goes: the short timed loop, the profiled steps, their
         # parsing, the host bursts and probe (seconds).
         "trace_cost_s": {
@@ -443,12 +360,6 @@ def _breakdown(trace: kineto.Parsed, annotator: CallAnnotator) -> list[dict[str,
     return rows
 
 
-def host_facts(device: str) -> dict[str, Any]:
-    """The host's CPU and a synchronisation's cost, for a trace record (the probe of its
-    speed is measured with each workload: :func:`trace_workload`)."""
-    return {"host_cpu": host_cpu_model(), "sync_s": sync_s(device)}
-
-
 #: Version of the trace record's layout (docs/formats.md).
 TRACE_SCHEMA_VERSION = 1
 
@@ -468,9 +379,10 @@ def trace_job(
     """Trace one op (``kind="op"``, with ``spec``) or network into ``json_path``.
 
     The record holds the profiling job's header (what, where, with which software), the
-    host's facts (:func:`host_facts`) and the trace's figures (:func:`trace_workload`),
-    or ``status: failed`` with the reason where the op cannot run here. It is written
-    whole and read-only, or not at all. The GPU setting is applied as for profiling.
+    host's facts (:func:`opcost.host_probe.host_facts`) and the trace's figures
+    (:func:`trace_workload`), or ``status: failed`` with the reason where the op cannot
+    run here. It is written whole and read-only, or not at all. The GPU setting is
+    applied as for profiling.
     """
     json_path = Path(json_path)
     opts = profile.options_for(gpu, mode, profile_config)
@@ -486,7 +398,7 @@ def trace_job(
             model_input=model_input,
             op_id=op_id,
         )
-        record.update(host_facts(opts.device))
+        record.update(host_probe.host_facts(opts.device))
         harness.configure_numerics(opts)
         with _setting_applied(opts.device, setting, profile_config, record):
             try:
@@ -568,7 +480,7 @@ def trace_after_window(
     A profiler that records no device work raises :class:`TraceFailed`."""
     t0 = time.perf_counter()
     trace: dict[str, Any] = {"status": "ok", "failure_reason": None}
-    trace.update(host_facts(opts.device))
+    trace.update(host_probe.host_facts(opts.device))
     with profile.failure_recorded(trace):
         if kind == "op":
             trace.update(trace_workload(workload, opts, wall=wall))

@@ -210,7 +210,7 @@ def _pace_line(mode: str, group: pd.DataFrame) -> str:
 
 def _host_probe_ms(text: str) -> float:
     """``--host-probe-ms``: a positive number of ms, or ``local``: this host's probe
-    (:func:`opcost.tracing.host_probe_s` on its CUDA GPU, as the op space measured it)."""
+    (:func:`opcost.host_probe.host_probe_s` on its CUDA GPU, as the op space measured it)."""
     if text.strip().lower() == "local":
         import torch
 
@@ -219,10 +219,10 @@ def _host_probe_ms(text: str) -> float:
                 "--host-probe-ms local measures this host issuing work to a CUDA GPU, and "
                 "there is none here; give the probe of the host to predict for in ms"
             )
-        from opcost import tracing
+        from opcost import host_probe
 
-        tracing.host_probe_s("cuda")  # the first dispatches warm the CUDA context up
-        return tracing.host_probe_s("cuda") * 1e3
+        host_probe.host_probe_s("cuda")  # the first dispatches warm the CUDA context up
+        return host_probe.host_probe_s("cuda") * 1e3
     try:
         value = float(text)
     except ValueError:
