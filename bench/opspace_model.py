@@ -4,6 +4,7 @@ sampled configurations and on the networks of the shipped studies, which they ne
     python bench/opspace_model.py [GPU ...] [--regressors random_forest,extra_trees,...]
                                   [--budget-min M] [--budget-order measured|random]
                                   [--power-share F] [--save-models DIR]
+                                  [--seed N] [--no-transfer]
 
 Per GPU configuration (data/op-space/{gpu}; a TF32-off one takes the families it lacks
 from its TF32-on twin):
@@ -40,7 +41,9 @@ stopped early), ``random`` op ids at random (every round thinned alike).
 ``--power-share F`` trains the busy power on a share ``F`` of the power windows (op ids
 at random, seed 1; the held-out windows stay all of them): what fewer windows cost.
 ``--save-models DIR`` writes the fitted op models for ``bench/unseen_networks.py
---op-models DIR``.
+--op-models DIR``. ``--seed N`` seeds the forests; ``--no-transfer`` learns a peer's
+samples against the peer's base time instead of carrying them over to the
+configuration's GPU (opcost.model.peer_transfer; ``bench/peer_transfer.py`` scores both).
 
 ``--out DIR`` writes ``ops.csv`` (held-out samples and network ops: family, measured and
 predicted GPU time) and ``networks.csv``; ``--figures DIR`` draws both (PNG).
@@ -102,14 +105,22 @@ def sources(
     return tables(inputs["twin"]), tables(inputs["peers"])
 
 
+#: The forests' seed (``--seed``; the config schema's default) and whether a peer's samples
+#: are carried over to a configuration's GPU (``--no-transfer``: learnt against the peer's
+#: base time, opcost.model.peer_transfer).
+SEED = schema_defaults("op_space", "model")["seed"]
+TRANSFER = True
+
+
 def maker(regressor: str):
     """Fresh regressors as ``snakemake op_models`` makes them (the config schema's
-    ``op_space.model`` defaults), of kind ``regressor``."""
+    ``op_space.model`` defaults), of kind ``regressor``, seeded with :data:`SEED`."""
     model = schema_defaults("op_space", "model")
     cfg = TrainConfig(
         regressor=regressor,
         n_estimators=model["n_estimators"],
         min_samples_leaf=model["min_samples_leaf"],
+        seed=SEED,
     )
     return lambda: make_regressor(cfg, n_jobs=2)
 
@@ -129,7 +140,10 @@ def held_out(
     rest = lambda t: None if t is None else t[~t["op_id"].isin(hold)]  # noqa: E731
     out = []
     for reg in regressors:
-        model = opmodel.fit(rest(table), gpu, maker(reg), twin=rest(twin), peers=rest(peers))
+        model = opmodel.fit(
+            rest(table), gpu, maker(reg), twin=rest(twin), peers=rest(peers),
+            transfer_peers=TRANSFER,
+        )  # fmt: skip
         pred = model.predict(test[["spec", "mode", "op_type"]])["gpu_time_s"].to_numpy()
         base = baseline(rest(table), test, maker(reg))
         for name, p in ((reg, pred), (f"{reg} on log time (baseline)", base)):
@@ -182,7 +196,10 @@ def held_out_power(
     for k in range(folds):
         hold = set(order[k::folds])
         rest = lambda t, h=hold: None if t is None else t[~t["op_id"].isin(h)]  # noqa: E731
-        model = opmodel.fit(rest(table), gpu, maker(regressor), twin=rest(twin), peers=rest(peers))
+        model = opmodel.fit(
+            rest(table), gpu, maker(regressor), twin=rest(twin), peers=rest(peers),
+            transfer_peers=TRANSFER,
+        )  # fmt: skip
         test = op_tables.training_rows(whole[whole["op_id"].isin(hold)])
         out.append(op_power.busy_power_errors(model, test))
     return pd.concat(out, ignore_index=True).assign(gpu=gpu)
@@ -356,7 +373,15 @@ def main() -> None:
         help="write each configuration's op models, fitted on all its samples, to DIR/GPU "
         "(for bench/unseen_networks.py --op-models DIR)",
     )
+    parser.add_argument("--seed", type=int, default=SEED, help="the forests' seed")
+    parser.add_argument(
+        "--no-transfer",
+        action="store_true",
+        help="learn a peer's samples against the peer's base time instead of carrying them "
+        "over (opcost.model.peer_transfer)",
+    )
     args = parser.parse_args()
+    globals().update(SEED=args.seed, TRANSFER=not args.no_transfer)
     budget = None if args.budget_min is None else (args.budget_min, args.budget_order)
     regs = args.regressors.split(",")
     all_nets, all_ops = [], []
@@ -392,7 +417,9 @@ def main() -> None:
         own = load(gpu, budget)
         print(f"{gpu}: {own['op_id'].nunique()} sampled configurations, "
               f"{own['measure_s'].sum() / 60:.1f} min of measuring")  # fmt: skip
-        model = opmodel.fit(own, gpu, maker(regs[0]), twin=twin, peers=peers)
+        model = opmodel.fit(
+            own, gpu, maker(regs[0]), twin=twin, peers=peers, transfer_peers=TRANSFER
+        )
         if args.save_models:
             save_op_model(model, args.save_models / gpu)
         ops, nets = networks(gpu, model)

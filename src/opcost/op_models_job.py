@@ -82,6 +82,17 @@ def run_train_op_models(
         f"held out ({metrics['held_out_fraction']:g} of the op ids): median |error| of "
         "GPU time / host time per call",
     ]
+    carried = model.meta.get("carried_over", {})
+    if carried:
+        lines.insert(
+            1,
+            "GPU time carried over from the peers by the samples both measured "
+            "(opcost.model.peer_transfer): "
+            + ", ".join(
+                f"{k.split('<-')[0]} x{c['median_ratio']:.3f} ({c['pairs']} pairs)"
+                for k, c in carried.items()
+            ),
+        )
     scores = {**metrics["families"], **({"all": metrics["all"]} if "all" in metrics else {})}
     for family, s in scores.items():
         lines.append(

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from opcost.model import op_power, shapes
+from opcost.model import op_power, peer_transfer, shapes
 from opcost.model import roofline as rl
 from opcost.model.features import FeatureSchema, build_schema, encode_features
 from opcost.model.op_spec import family_of
@@ -372,15 +372,19 @@ def fit(
     *,
     twin: pd.DataFrame | None = None,
     peers: pd.DataFrame | None = None,
+    transfer_peers: bool = True,
 ) -> OpModel:
     """The op models of one GPU configuration from its op-space table (the chunks
     concatenated), families it lacks from ``twin``'s table (module docstring). With
     ``peers`` (the tables of its :func:`~opcost.model.op_tables.peers_of`, concatenated;
     then ``twin`` may hold their twins too), GPU time, kernels, host time and the forward
     shares are learnt also from the configurations only a peer measured
-    (:func:`~opcost.model.op_tables.pooled_rows`), each against its own GPU's base time
-    (ceilings and kernel floor); busy power and the host constants stay the
-    configuration's own."""
+    (:func:`~opcost.model.op_tables.pooled_rows`): with ``transfer_peers``, their GPU
+    times carried over to this configuration's GPU by the ratio of the samples both
+    measured and learnt against its base time (:mod:`opcost.model.peer_transfer`; a
+    family with too few such samples, and every family without ``transfer_peers``,
+    against the peer's own base time: its ceilings and kernel floor); busy power and the
+    host constants stay the configuration's own."""
     rows, pooled = pooled_rows(table, twin, peers)
     name = str(table["gpu_name"].iloc[0])
     # Every sample of a GPU sets its peaks, ceilings and kernel floor.
@@ -393,6 +397,14 @@ def fit(
         )
         per_gpu[gpu_name] = (peaks, ceilings(part, peaks), shortest_kernel_s(part))
     peaks, ceil, own_floor = per_gpu[name]
+    carried: dict[str, dict[str, float]] = {}
+    if transfer_peers:
+
+        def family_features(part: pd.DataFrame, schema: FeatureSchema) -> pd.DataFrame:
+            own = rl.roofline_times_s(list(part["spec"]), list(part["mode"]), ceil)
+            return features(part, schema, own)
+
+        pooled, carried = peer_transfer.transfer(pooled, name, make, family_features)
     train = pooled[pooled["_train"].astype(bool)].reset_index(drop=True)
     gpus = train["gpu_name"].astype(str).to_numpy()
     # The roofline time as a feature against this configuration's ceilings for every
@@ -435,6 +447,7 @@ def fit(
             "samples": int(len(rows)),
             "pooled_samples": len(train),
             "pooled_gpus": sorted(per_gpu),
+            "carried_over": carried,
             "measured": _measured_dates(table),
         },
     )
