@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from opcost.config import schema_defaults
-from opcost.model import op_power, op_tables, opmodel, shapes
+from opcost.model import op_power, op_scores, op_tables, opmodel, shapes
 from opcost.model import roofline as rl
 from opcost.train import TrainConfig, make_regressor
 from opcost.validate.replay import WAIT_SHARE, busy_power_w, waiting_power_w
@@ -459,8 +459,8 @@ def test_held_out_configurations_are_held_out_of_the_peers_too(h100: pd.DataFram
     # GPU): had its held-out configurations stayed in training, they would be predicted
     # from themselves, within a few per cent.
     clone = h100.assign(gpu_name="another GPU")
-    alone = opmodel.held_out_errors(h100, "h100", _make, fraction=0.25)
-    pooled = opmodel.held_out_errors(h100, "h100", _make, peers=clone, fraction=0.25)
+    alone = op_scores.held_out_errors(h100, "h100", _make, fraction=0.25)
+    pooled = op_scores.held_out_errors(h100, "h100", _make, peers=clone, fraction=0.25)
     a, p = (e["all"]["gpu_time_median_abs_error_pct"] for e in (alone, pooled))
     assert p == pytest.approx(a, rel=0.25)
     assert p > 3.0

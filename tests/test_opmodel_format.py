@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from opcost.model import PredictorError, op_tables, opmodel
+from opcost.model import PredictorError, op_scores, op_tables, opmodel
 from opcost.model.opmodel_format import (
     MANIFEST_FILE,
     METRICS_FILE,
@@ -97,7 +97,7 @@ def test_trees_hold_plain_arrays_only(saved) -> None:
 
 
 def test_held_out_errors_and_twin(table: pd.DataFrame) -> None:
-    errors = opmodel.held_out_errors(table, "h100", _make, fraction=0.25)
+    errors = op_scores.held_out_errors(table, "h100", _make, fraction=0.25)
     held = set(np.random.default_rng(0).choice(sorted(table["op_id"].unique()),
                                                 int(table["op_id"].nunique() * 0.25),
                                                 replace=False))  # fmt: skip

@@ -36,7 +36,7 @@ def run_train_op_models(
     score them on held-out sampled configurations, and save both
     (:func:`opcost.model.opmodel_format.save_op_model`, the chunk tables as sources).
     Writes a short summary to ``log``; returns the held-out errors."""
-    from opcost.model import op_tables, opmodel
+    from opcost.model import op_scores, op_tables, opmodel
     from opcost.model.opmodel_format import save_op_model
     from opcost.train import TrainConfig, make_regressor
 
@@ -62,7 +62,7 @@ def run_train_op_models(
         return make_regressor(cfg, n_jobs=threads)
 
     model = opmodel.fit(table, gpu, make, twin=twin_table, peers=peer_table)
-    metrics = opmodel.held_out_errors(
+    metrics = op_scores.held_out_errors(
         table,
         gpu,
         make,

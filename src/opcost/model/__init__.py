@@ -20,7 +20,10 @@ The op models (learnt from the op-space study; docs/op-space.md):
 * :mod:`opcost.model.op_tables`: the op-space tables a GPU configuration learns from.
 * :mod:`opcost.model.op_power`: their busy power: the windows it learns from, its
   features and fit.
+* :mod:`opcost.model.peer_transfer`: a peer GPU's samples carried over to a
+  configuration's GPU by the ratio of the samples both measured.
 * :mod:`opcost.model.opmodel`: the op models of a configuration: fit and predict.
+* :mod:`opcost.model.op_scores`: their held-out scores (``metrics.json``).
 * :mod:`opcost.model.opmodel_format`: their directory: save, load, verify.
 
 :mod:`opcost.train` fits and writes predictors; :mod:`opcost.predict` loads and serves
