@@ -4,7 +4,7 @@ sampled configurations and on the networks of the shipped studies, which they ne
     python bench/opspace_model.py [GPU ...] [--regressors random_forest,extra_trees,...]
                                   [--budget-min M] [--budget-order measured|random]
                                   [--power-share F] [--save-models DIR]
-                                  [--seed N] [--no-transfer]
+                                  [--seed N] [--no-transfer] [--split-peers SHARE]
 
 Per GPU configuration (data/op-space/{gpu}; a TF32-off one takes the families it lacks
 from its TF32-on twin):
@@ -44,6 +44,9 @@ at random, seed 1; the held-out windows stay all of them): what fewer windows co
 --op-models DIR``. ``--seed N`` seeds the forests; ``--no-transfer`` learns a peer's
 samples against the peer's base time instead of carrying them over to the
 configuration's GPU (opcost.model.peer_transfer; ``bench/peer_transfer.py`` scores both).
+``--split-peers SHARE`` trains on what a study would hold that measured each configuration
+both GPUs of a TF32 setting measured on one of them only, ``SHARE`` of them on both
+(:func:`split_peers`): what measuring a round on one GPU costs in accuracy.
 
 ``--out DIR`` writes ``ops.csv`` (held-out samples and network ops: family, measured and
 predicted GPU time) and ``networks.csv``; ``--figures DIR`` draws both (PNG).
@@ -74,17 +77,44 @@ STUDIES = ("hopper", "hopper-large")
 #: A measured best that wins by less than this is a tie: the choice is not scored there.
 CLEAR_MARGIN = 0.05
 #: A study's budget: ``(minutes per configuration, order)``
-#: (opcost.model.op_tables.within_budget), or None for the whole study.
-Budget = tuple[float, str] | None
+#: (opcost.model.op_tables.within_budget), ``("split", share)`` (:func:`split_peers`), or
+#: None for the whole study.
+Budget = tuple[float, str] | tuple[str, float] | None
 
 
 @cache
 def load(gpu: str, budget: Budget = None) -> pd.DataFrame:
     """A configuration's op-space table; with a ``budget``, only the rows that many
-    minutes of its measuring hold (opcost.model.op_tables.within_budget)."""
+    minutes of its measuring hold (opcost.model.op_tables.within_budget), or those a
+    study split between the GPUs would hold (:func:`split_peers`)."""
     files = sorted(glob.glob(str(REPO / f"data/op-space/{gpu}/*.parquet")))
     table = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
-    return table if budget is None else op_tables.within_budget(table, *budget)
+    if budget is None:
+        return table
+    if budget[0] == "split":
+        return split_peers(table, load(peer_of(gpu)), gpu < peer_of(gpu), float(budget[1]))
+    return op_tables.within_budget(table, *budget)
+
+
+def peer_of(gpu: str) -> str:
+    """The configuration of the other GPU with the same TF32 setting."""
+    return gpu.replace("h100", "h200") if "h100" in gpu else gpu.replace("h200", "h100")
+
+
+def split_peers(table: pd.DataFrame, peer: pd.DataFrame, first: bool, share: float):
+    """The rows of ``table`` a study would hold that measured each configuration both GPUs
+    measured on one of them only: ``share`` of them (at random, seed 0) on both, as the
+    pairs a peer's samples are carried over by (opcost.model.peer_transfer), the rest
+    halved between the two (``first``: this configuration takes the first half). The
+    configurations with a power window on either stay on both (busy power is learnt
+    from a configuration's own windows)."""
+    windowed = set(table.loc[table["power_w"].notna(), "op_id"])
+    windowed |= set(peer.loc[peer["power_w"].notna(), "op_id"])
+    shared = sorted((set(table["op_id"]) & set(peer["op_id"])) - windowed)
+    order = np.random.default_rng(0).permutation(shared)
+    rest = order[int(share * len(order)) :]
+    theirs = rest[len(rest) // 2 :] if first else rest[: len(rest) // 2]
+    return table[~table["op_id"].isin(set(theirs))]
 
 
 def sources(
@@ -373,6 +403,14 @@ def main() -> None:
         help="write each configuration's op models, fitted on all its samples, to DIR/GPU "
         "(for bench/unseen_networks.py --op-models DIR)",
     )
+    parser.add_argument(
+        "--split-peers",
+        type=float,
+        metavar="SHARE",
+        help="train on what a study measuring each configuration both GPUs measured on one "
+        "of them would hold, SHARE of them on both (the held-out samples stay the whole "
+        "study's)",
+    )
     parser.add_argument("--seed", type=int, default=SEED, help="the forests' seed")
     parser.add_argument(
         "--no-transfer",
@@ -383,6 +421,8 @@ def main() -> None:
     args = parser.parse_args()
     globals().update(SEED=args.seed, TRANSFER=not args.no_transfer)
     budget = None if args.budget_min is None else (args.budget_min, args.budget_order)
+    if args.split_peers is not None:
+        budget = ("split", args.split_peers)
     regs = args.regressors.split(",")
     all_nets, all_ops = [], []
     for gpu in args.gpus:
