@@ -97,8 +97,14 @@ def load(gpu: str, budget: Budget = None) -> pd.DataFrame:
 
 
 def peer_of(gpu: str) -> str:
-    """The configuration of the other GPU with the same TF32 setting."""
-    return gpu.replace("h100", "h200") if "h100" in gpu else gpu.replace("h200", "h100")
+    """The one configuration of another GPU with the same numerics, as ``snakemake
+    op_models`` finds it (opcost.model.op_tables.peers_of)."""
+    names = {
+        Path(p).parent.name for p in op_space_data_inputs(REPO / "data/op-space", gpu)["peers"]
+    }
+    if len(names) != 1:
+        raise SystemExit(f"--split-peers needs one peer of {gpu}, found {sorted(names)}")
+    return names.pop()
 
 
 def split_peers(table: pd.DataFrame, peer: pd.DataFrame, first: bool, share: float):
@@ -142,6 +148,11 @@ SEED = schema_defaults("op_space", "model")["seed"]
 TRANSFER = True
 
 
+def fit(table, gpu: str, make, twin, peers) -> opmodel.OpModel:
+    """``opmodel.fit`` with the peers' samples carried over or not (:data:`TRANSFER`)."""
+    return opmodel.fit(table, gpu, make, twin=twin, peers=peers, transfer_peers=TRANSFER)
+
+
 def maker(regressor: str):
     """Fresh regressors as ``snakemake op_models`` makes them (the config schema's
     ``op_space.model`` defaults), of kind ``regressor``, seeded with :data:`SEED`."""
@@ -170,10 +181,7 @@ def held_out(
     rest = lambda t: None if t is None else t[~t["op_id"].isin(hold)]  # noqa: E731
     out = []
     for reg in regressors:
-        model = opmodel.fit(
-            rest(table), gpu, maker(reg), twin=rest(twin), peers=rest(peers),
-            transfer_peers=TRANSFER,
-        )  # fmt: skip
+        model = fit(rest(table), gpu, maker(reg), rest(twin), rest(peers))
         pred = model.predict(test[["spec", "mode", "op_type"]])["gpu_time_s"].to_numpy()
         base = baseline(rest(table), test, maker(reg))
         for name, p in ((reg, pred), (f"{reg} on log time (baseline)", base)):
@@ -226,10 +234,7 @@ def held_out_power(
     for k in range(folds):
         hold = set(order[k::folds])
         rest = lambda t, h=hold: None if t is None else t[~t["op_id"].isin(h)]  # noqa: E731
-        model = opmodel.fit(
-            rest(table), gpu, maker(regressor), twin=rest(twin), peers=rest(peers),
-            transfer_peers=TRANSFER,
-        )  # fmt: skip
+        model = fit(rest(table), gpu, maker(regressor), rest(twin), rest(peers))
         test = op_tables.training_rows(whole[whole["op_id"].isin(hold)])
         out.append(op_power.busy_power_errors(model, test))
     return pd.concat(out, ignore_index=True).assign(gpu=gpu)
@@ -457,9 +462,7 @@ def main() -> None:
         own = load(gpu, budget)
         print(f"{gpu}: {own['op_id'].nunique()} sampled configurations, "
               f"{own['measure_s'].sum() / 60:.1f} min of measuring")  # fmt: skip
-        model = opmodel.fit(
-            own, gpu, maker(regs[0]), twin=twin, peers=peers, transfer_peers=TRANSFER
-        )
+        model = fit(own, gpu, maker(regs[0]), twin, peers)
         if args.save_models:
             save_op_model(model, args.save_models / gpu)
         ops, nets = networks(gpu, model)

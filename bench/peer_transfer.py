@@ -51,19 +51,23 @@ def check(own: str, peer: str, share: float, seed: int) -> pd.DataFrame:
     test = op_tables.training_rows(mine[mine["op_id"].isin(out)])
     test = test[test["gpu_time_s"] > 0]
     rest = mine[~mine["op_id"].isin(out)]
-    errors = {"family": test["family"].to_numpy()}
     fits = {
         VARIANTS[0]: (peers[~peers["op_id"].isin(out)], False),
         VARIANTS[1]: (peers, False),
         VARIANTS[2]: (peers, True),
     }
-    for name, (peer_table, carry) in fits.items():
-        model = opmodel.fit(
-            rest, own, om.maker("extra_trees"), twin=twin, peers=peer_table, transfer_peers=carry
-        )
-        pred = model.predict(test[["spec", "mode", "op_type"]])["gpu_time_s"].to_numpy()
-        errors[name] = pred / test["gpu_time_s"].to_numpy() - 1.0
-    return pd.DataFrame(errors)
+    errors = {n: relative_errors(test, rest, own, twin, p, carry) for n, (p, carry) in fits.items()}
+    return pd.DataFrame({"family": test["family"].to_numpy(), **errors})
+
+
+def relative_errors(rows, table, own: str, twin, peers, carry: bool) -> np.ndarray:
+    """``predicted / measured - 1`` of the GPU time of ``rows`` by OWN's models fitted on
+    ``table``, ``twin`` and ``peers``, the peers' samples carried over or not."""
+    model = opmodel.fit(
+        table, own, om.maker("extra_trees"), twin=twin, peers=peers, transfer_peers=carry
+    )
+    pred = model.predict(rows[["spec", "mode", "op_type"]])["gpu_time_s"].to_numpy()
+    return pred / rows["gpu_time_s"].to_numpy() - 1.0
 
 
 def measured_again(own: str, directory: Path) -> pd.DataFrame | None:
@@ -79,14 +83,11 @@ def measured_again(own: str, directory: Path) -> pd.DataFrame | None:
     if rows.empty:
         return None
     twin, peers = om.sources(own, True)
-    out = {"chunk": rows["chunk"].to_numpy()}
-    for name, carry in ((VARIANTS[1], False), (VARIANTS[2], True)):
-        model = opmodel.fit(
-            mine, own, om.maker("extra_trees"), twin=twin, peers=peers, transfer_peers=carry
-        )
-        pred = model.predict(rows[["spec", "mode", "op_type"]])["gpu_time_s"].to_numpy()
-        out[name] = pred / rows["gpu_time_s"].to_numpy() - 1.0
-    return pd.DataFrame(out)
+    errors = {
+        n: relative_errors(rows, mine, own, twin, peers, c)
+        for n, c in zip(VARIANTS[1:], (False, True), strict=True)
+    }
+    return pd.DataFrame({"chunk": rows["chunk"].to_numpy(), **errors})
 
 
 def summary(errors: pd.DataFrame, by: str = "family") -> pd.DataFrame:
