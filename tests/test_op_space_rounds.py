@@ -280,6 +280,18 @@ def test_the_op_space_config_records_each_rounds_allocation(repo):
             "samples": {"conv": 60}, "power_samples": 60, "generator": 8,
             "gpus": ["h100", "h100-notf32", "h200", "h200-notf32"],
         },
+        # Rounds 18-21: the H200's turn, dense (generator 6) and grouped (generator 8)
+        # convolutions, TF32 on then off.
+        {"samples": {"conv": 600}, "power_samples": 2, "generator": 6, "gpus": ["h200"]},
+        {"samples": {"conv": 400}, "power_samples": 2, "generator": 8, "gpus": ["h200"]},
+        {
+            "samples": {"conv": 400}, "power_samples": 2, "generator": 6,
+            "gpus": ["h200-notf32"],
+        },
+        {
+            "samples": {"conv": 300}, "power_samples": 2, "generator": 8,
+            "gpus": ["h200-notf32"],
+        },
     ]  # fmt: skip
     study = load_study_file(repo / "config/op-space.yaml")
     samples = study.config["op_space"]["samples"]

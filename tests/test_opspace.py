@@ -444,8 +444,9 @@ def _no_kernel_in_inference(row):
 def test_the_committed_measurements_are_sane(gpu):
     # Round 1, the adaptive rounds 2 and 3, the power round 4 and the convolutions of rounds
     # 5 and 6 (data/op-space/README.md), each fully measured; on the H100 rounds 9, 12, 14;
-    # on both the power rounds 16 and 17.
-    measured = (2, 3, 4, 5, 6, *((9, 12, 14) if gpu == "h100" else ()), 16, 17)
+    # on both the power rounds 16 and 17; on the H200 rounds 18 and 19.
+    own = (9, 12, 14) if gpu == "h100" else (18, 19)
+    measured = (2, 3, 4, 5, 6, *own, 16, 17)
     rounds = ["samples.parquet", *(f"samples-r{r}.parquet" for r in measured)]
     samples = pd.concat([pd.read_parquet(DATA / r) for r in rounds], ignore_index=True)
     table = _measured(gpu)
@@ -735,7 +736,7 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     generator version a round names keeps it as measured."""
     study = load_study_file(REPO / "config/op-space.yaml")
     rounds = osw.op_space_round_counts(study)
-    assert len(rounds) == 17
+    assert len(rounds) == 21
     for r in range(2, len(rounds) + 1):
         params = osw.op_space_round_params(study, r)
         committed = pd.read_parquet(DATA / f"samples-r{r}.parquet")
@@ -752,6 +753,8 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     assert osw.op_space_round_params(study, 8)["generator"] == 5
     generators = [osw.op_space_round_params(study, r)["generator"] for r in range(9, 16)]
     assert generators == [6, 6, 5, 7, 7, 8, 8]
+    generators = [osw.op_space_round_params(study, r)["generator"] for r in range(18, 22)]
+    assert generators == [6, 8, 6, 8]
     assert osw.op_space_sampling_params(study)["generator"] == 1
 
 

@@ -94,13 +94,15 @@ def _make():
 
 
 @pytest.mark.parametrize(
-    ("own", "peer", "chunks"),
+    ("own", "peer", "chunks", "drawn_again"),
     [
-        ("h200", "h100", ("r9-0", "r12-0", "r14-0")),
-        ("h200-notf32", "h100-notf32", ("r10-0", "r11-0", "r13-0", "r15-0")),
+        ("h200", "h100", ("r9-0", "r12-0", "r14-0"), 3),
+        ("h200-notf32", "h100-notf32", ("r10-0", "r11-0", "r13-0", "r15-0"), 6),
     ],
 )
-def test_convolutions_only_the_h100_measured_are_the_h200s_once_carried_over(own, peer, chunks):
+def test_convolutions_only_the_h100_measured_are_the_h200s_once_carried_over(
+    own, peer, chunks, drawn_again
+):
     # Chunks of rounds the H100 alone measured (tests/data/peer_transfer, measured again
     # on a lent H200 on 2026-11-28 through the op-space job's path): the H200's models
     # know these convolutions only from the H100's measurements. Carried over by the
@@ -114,9 +116,10 @@ def test_convolutions_only_the_h100_measured_are_the_h200s_once_carried_over(own
     assert set(fresh["gpu_name"]) == {"NVIDIA H200"}
     h200, h100 = _convolutions(own), _convolutions(peer)
     assert set(fresh["op_id"]) <= set(h100["op_id"])
-    # Two of them the power rounds 16 and 17 drew again, on every configuration.
+    # A few of them later rounds drew again: the power rounds 16 and 17, on every
+    # configuration, and the H200's rounds 18-21.
     again = fresh["op_id"].isin(set(h200["op_id"]))
-    assert fresh.loc[again, "op_id"].nunique() == 2
+    assert fresh.loc[again, "op_id"].nunique() == drawn_again
     fresh = fresh[~again]
 
     def errors(transfer: bool) -> np.ndarray:
