@@ -33,7 +33,8 @@ samples = Path(f"results/op-space/samples-r{args.round}.parquet")
 if not samples.exists():
     samples.parent.mkdir(parents=True, exist_ok=True)
     osw.run_op_space_samples(osw.op_space_round_params(study, args.round), str(samples))
-for chunk in args.chunks if args.chunks is not None else osw.op_space_chunks(study, args.round):
+every = osw.op_space_chunks(study, args.round, args.gpu)
+for chunk in args.chunks if args.chunks is not None else every:
     out = Path(f"results/op-space/raw/{args.gpu}/r{args.round}-{chunk}.parquet")
     if out.exists():
         continue
@@ -46,6 +47,7 @@ for chunk in args.chunks if args.chunks is not None else osw.op_space_chunks(stu
         chunk=chunk,
         chunk_size=int(study.config["op_space"]["chunk_size"]),
         families=osw.op_space_families(study, args.gpu),
+        split=osw.op_space_split(study, args.round, args.gpu),
         out_path=out,
     )
     print(json.dumps({"chunk": out.name, "s": round(time.monotonic() - started, 1), **summary}))

@@ -409,6 +409,7 @@ def load_study(config: dict[str, Any], *, check_models: bool = True) -> Study:
                     f"op_space.rounds.{i}.gpus: {name!r} is no GPU configuration of this "
                     f"study (gpus: {', '.join(gpus) or 'none'})"
                 )
+    _check_split_peers(config["op_space"])
     if gpus and not model_inputs and not any(config["op_space"]["samples"].values()):
         raise ConfigError(
             "models: give at least one model-input set to profile on gpus "
@@ -424,6 +425,20 @@ def load_study(config: dict[str, Any], *, check_models: bool = True) -> Study:
             "or op_space.data): give at least one of them"
         )
     return Study(tuple(model_inputs), modes, gpus, config, included)
+
+
+def _check_split_peers(op_space: dict[str, Any]) -> None:
+    """A round split between peers (``split_peers``) leaves each peer's models without the
+    configurations the others measured unless they pool them (``model.pool_gpus``)."""
+    rounds = [("op_space.split_peers", op_space)] + [
+        (f"op_space.rounds.{i}.split_peers", r) for i, r in enumerate(op_space["rounds"])
+    ]
+    for name, round_ in rounds:
+        if round_.get("split_peers") is not None and not op_space["model"]["pool_gpus"]:
+            raise ConfigError(
+                f"{name}: a round split between peers needs op_space.model.pool_gpus: "
+                "true (each GPU's models learn the configurations its peers measured)"
+            )
 
 
 def op_space_data_gpus(data: str | Path) -> list[str]:

@@ -45,7 +45,8 @@ from typing import Any
 import pandas as pd
 import torch
 
-from opcost import harness, host_probe, kineto, power_window, profile, tracing
+from opcost import harness, host_probe, kineto, opspace_split, power_window, profile, tracing
+from opcost.errors import OpcostError
 from opcost.io import read_parquet, write_parquet_atomic
 from opcost.peaks import measure_peaks
 
@@ -287,10 +288,21 @@ def measure_chunk_file(
     chunk_size: int,
     out_path: str | Path,
     families: list[str] | None = None,
+    split: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """:func:`measure_chunk` of one chunk of a samples file (of its configurations in
-    ``families`` only, if given); a summary for the job log."""
-    samples = chunk_of(read_parquet(samples_path), chunk, chunk_size)
+    ``families`` only, if given); of a round split between peers, ``split = (index,
+    members)``, a chunk of the configurations that member measures
+    (:func:`opcost.opspace_split.takes`). A summary for the job log."""
+    samples = read_parquet(samples_path)
+    if split is not None:
+        if "split_rank" not in samples:
+            raise OpcostError(
+                f"{samples_path}: no split_rank column: sampled without split_peers, "
+                "while the config splits this round between peers; sample it again"
+            )
+        samples = samples[opspace_split.takes(samples["split_rank"], *split)]
+    samples = chunk_of(samples, chunk, chunk_size)
     if families is not None:
         samples = samples[samples["family"].isin(families)]
     table = measure_chunk(

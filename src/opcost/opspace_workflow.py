@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from opcost import opspace_split
 from opcost.config import GpuConfig, Study
 from opcost.errors import OpcostError
 from opcost.io import write_parquet_atomic
@@ -31,11 +32,40 @@ def op_space_round_counts(study: Study) -> list[dict[str, int]]:
     return [dict(op_space["samples"]), *(dict(r["samples"]) for r in op_space["rounds"])]
 
 
-def op_space_chunks(study: Study, round_: int = 1) -> list[int]:
+def _round_settings(study: Study, round_: int) -> dict[str, Any]:
+    """Round ``round_``'s settings: ``op_space`` itself for round 1, else its entry of
+    ``op_space.rounds``."""
+    op_space = study.config["op_space"]
+    return op_space if round_ == 1 else op_space["rounds"][round_ - 2]
+
+
+def op_space_split(study: Study, round_: int, gpu: str) -> tuple[int, int] | None:
+    """``(index, members)`` of GPU configuration ``gpu`` in the group of peers that share
+    round ``round_`` (its ``split_peers``, :mod:`opcost.opspace_split`): itself and its
+    peers (:func:`gpu_peers`) among the round's configurations, names sorted. None where
+    the round is not split, or no peer of ``gpu`` measures it."""
+    settings = _round_settings(study, round_)
+    if settings.get("split_peers") is None:
+        return None
+    measuring = settings.get("gpus") or list(study.gpus)
+    group = sorted({gpu, *(p for p in gpu_peers(study, gpu) if p in measuring)})
+    return (group.index(gpu), len(group)) if len(group) > 1 else None
+
+
+def op_space_chunks(study: Study, round_: int = 1, gpu: str | None = None) -> list[int]:
     """Chunk numbers of one round of the op-space study (its measuring jobs per GPU
-    configuration): ``op_space.chunk_size`` configurations each."""
-    total = sum(op_space_round_counts(study)[round_ - 1].values())
-    return list(range(math.ceil(total / study.config["op_space"]["chunk_size"])))
+    configuration): ``op_space.chunk_size`` configurations each; of a round split
+    between peers (:func:`op_space_split`), those of ``gpu``'s share."""
+    counts = op_space_round_counts(study)[round_ - 1]
+    split = None if gpu is None else op_space_split(study, round_, gpu)
+    if split is None:
+        total = sum(counts.values())
+    else:
+        settings = _round_settings(study, round_)
+        total = opspace_split.rows_at_most(
+            counts, settings["power_samples"], settings["split_peers"], *split
+        )
+    return list(range(opspace_split.chunk_count(total, study.config["op_space"]["chunk_size"])))
 
 
 def op_space_chunk_names(study: Study, gpu: str | None = None) -> list[str]:
@@ -43,10 +73,10 @@ def op_space_chunk_names(study: Study, gpu: str | None = None) -> list[str]:
     measures: those whose ``gpus`` name it or that name none), by name: round 1's
     ``{chunk}``, then round r's ``r{r}-{chunk}``
     (``results/op-space/raw/{gpu}/{name}.parquet``)."""
-    names = [str(c) for c in op_space_chunks(study)]
+    names = [str(c) for c in op_space_chunks(study, 1, gpu)]
     for r, round_ in enumerate(study.config["op_space"]["rounds"], start=2):
         if gpu is None or gpu in round_.get("gpus", (gpu,)):
-            names += [f"r{r}-{c}" for c in op_space_chunks(study, r)]
+            names += [f"r{r}-{c}" for c in op_space_chunks(study, r, gpu)]
     return names
 
 
@@ -64,7 +94,16 @@ def op_space_sampling_params(study: Study) -> dict[str, Any]:
     """The op-space settings that change round 1's sampled configurations (not the later
     rounds: adding one leaves round 1 as it is)."""
     op_space = study.config["op_space"]
-    return {k: op_space[k] for k in ("samples", "power_samples", "seed", "generator")}
+    params = {k: op_space[k] for k in ("samples", "power_samples", "seed", "generator")}
+    return _with_split(params, op_space)
+
+
+def _with_split(params: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+    """A round's sampling ``params`` with its ``split_peers``, where it has one (a round
+    without keeps the params it had before the setting existed)."""
+    if settings.get("split_peers") is not None:
+        params["split_peers"] = settings["split_peers"]
+    return params
 
 
 def op_space_round_params(study: Study, round_: int) -> dict[str, Any]:
@@ -83,7 +122,7 @@ def op_space_round_params(study: Study, round_: int) -> dict[str, Any]:
             starts[family] = starts.get(family, 0) + n
     op_space = study.config["op_space"]
     later = op_space["rounds"][round_ - 2]
-    return {
+    params = {
         "samples": counts[round_ - 1],
         "power_samples": later["power_samples"],
         "generator": later["generator"],
@@ -91,6 +130,7 @@ def op_space_round_params(study: Study, round_: int) -> dict[str, Any]:
         "starts": starts,
         "round": round_,
     }
+    return _with_split(params, later)
 
 
 #: Op families whose kernels TF32 changes (cuBLAS and cuDNN matrix products).
@@ -127,7 +167,8 @@ def run_op_space_samples(params: dict[str, Any], output: str) -> None:
     """Sample one round of the op space (:func:`opcost.opspace.sample`; ``params`` of
     :func:`op_space_sampling_params` for round 1, of :func:`op_space_round_params` for a
     later one); mark ``power_samples`` of each family, spread evenly over its sequence,
-    for a power window (:mod:`opcost.opspace_measure`)."""
+    for a power window (:mod:`opcost.opspace_measure`); with ``split_peers``, which peer
+    measures each (``split_rank``, :mod:`opcost.opspace_split`)."""
     from opcost import opspace
 
     table = opspace.sample(
@@ -141,6 +182,10 @@ def run_op_space_samples(params: dict[str, Any], output: str) -> None:
     size = table.groupby("family")["family"].transform("size")
     k = params["power_samples"]
     table["power"] = (rank + 1) * k // size > rank * k // size
+    if params.get("split_peers") is not None:
+        table["split_rank"] = opspace_split.split_ranks(
+            table["family"], table["power"], params["split_peers"]
+        )
     write_parquet_atomic(table, output)
 
 
@@ -158,6 +203,7 @@ def run_op_space_chunk(study: Study, wildcards: Any, input: Any, output: Any, lo
         chunk=int(wildcards.chunk),
         chunk_size=int(study.config["op_space"]["chunk_size"]),
         families=op_space_families(study, wildcards.gpu),
+        split=op_space_split(study, int(getattr(wildcards, "round", 1)), wildcards.gpu),
         out_path=str(output.table),
     )
     write_job_log(log.job, summary, tuple(summary), started)

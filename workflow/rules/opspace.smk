@@ -34,6 +34,7 @@ rule measure_op_space:
     params:
         gpu=lambda wildcards: wf.gpu_params(STUDY, wildcards.gpu),
         families=lambda wildcards: osw.op_space_families(STUDY, wildcards.gpu),
+        split=lambda wildcards: osw.op_space_split(STUDY, 1, wildcards.gpu),
     run:
         osw.run_op_space_chunk(STUDY, wildcards, input, output, log)
 
@@ -72,6 +73,7 @@ rule measure_op_space_round:
     params:
         gpu=lambda wildcards: wf.gpu_params(STUDY, wildcards.gpu),
         families=lambda wildcards: osw.op_space_families(STUDY, wildcards.gpu),
+        split=lambda wildcards: osw.op_space_split(STUDY, int(wildcards.round), wildcards.gpu),
     run:
         osw.run_op_space_chunk(STUDY, wildcards, input, output, log)
 
