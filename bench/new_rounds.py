@@ -10,11 +10,14 @@ configurations of ``--rounds`` (wherever they were measured: the configuration's
 tables, its TF32 twin's and its peers', as ``snakemake op_models`` reads them), and
 predict the held-out GPU time. Both fits see the same held-out samples, whichever GPU
 measured the new rounds, so the difference is what the rounds add. Prints the median
-|error| over all held-out samples and over the held-out convolutions. ``--seed`` seeds
+|error| over all held-out samples and over the held-out convolutions, and the median
+signed error of the held-out dense convolutions on the maps of an ImageNet network's
+stages (224 halved) and on other maps. ``--seed`` seeds
 the forests. A few minutes on two cores.
 """
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -62,13 +65,33 @@ def scores(gpu: str, new: set[str]) -> dict[str, dict[str, float]]:
         pred = model.predict(test[["spec", "mode", "op_type"]])["gpu_time_s"].to_numpy()
         err = pd.Series(np.abs(pred / test["gpu_time_s"].to_numpy() - 1), index=test.index)
         conv = test["family"].eq("conv")
+        signed = pd.Series(pred / test["gpu_time_s"].to_numpy() - 1, index=test.index)
+        staged = test["spec"].map(on_stage_map)
         out[name] = {
             "all": 100 * err.median(),
             "conv": 100 * err[conv].median(),
             "n": len(err),
             "n_conv": int(conv.sum()),
+            "staged": 100 * signed[staged.eq(True)].median(),
+            "other": 100 * signed[staged.eq(False)].median(),
+            "n_staged": int(staged.eq(True).sum()),
+            "n_other": int(staged.eq(False).sum()),
         }
     return out
+
+
+#: The maps of an ImageNet network's stages: 224 halved.
+STAGE_MAPS = (224, 112, 56, 28, 14, 7)
+
+
+def on_stage_map(spec: str) -> bool | None:
+    """For a dense convolution's spec, whether its map is one of :data:`STAGE_MAPS`;
+    None for any other op."""
+    s = json.loads(spec)
+    attrs = s.get("attrs", {})
+    if attrs.get("groups") != 1 or "kernel_size" not in attrs:
+        return None
+    return int(s["inputs"][0]["shape"][2]) in STAGE_MAPS
 
 
 def main() -> None:
@@ -86,7 +109,10 @@ def main() -> None:
         print(
             f"{gpu:12s} held out {w['n']} ({w['n_conv']} convolutions): median |err| "
             f"{w['all']:.1f} -> {n['all']:.1f} %, convolutions {w['conv']:.1f} -> "
-            f"{n['conv']:.1f} % (without -> with rounds {rounds})",
+            f"{n['conv']:.1f} % (without -> with rounds {rounds}); dense convolutions on the "
+            f"maps of 224 halved ({w['n_staged']}), median signed {w['staged']:+.1f} -> "
+            f"{n['staged']:+.1f} %, on other maps ({w['n_other']}) {w['other']:+.1f} -> "
+            f"{n['other']:+.1f} %",
             flush=True,
         )
 

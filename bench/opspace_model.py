@@ -46,7 +46,8 @@ samples against the peer's base time instead of carrying them over to the
 configuration's GPU (opcost.model.peer_transfer; ``bench/peer_transfer.py`` scores both).
 ``--split-peers SHARE`` trains on what a study would hold that measured each configuration
 both GPUs of a TF32 setting measured on one of them only, ``SHARE`` of them on both
-(:func:`split_peers`): what measuring a round on one GPU costs in accuracy.
+(:func:`split_peers`): what measuring a round on one GPU costs in accuracy. With both,
+the split comes first and ``M`` minutes of each configuration's share are kept.
 
 ``--out DIR`` writes ``ops.csv`` (held-out samples and network ops: family, measured and
 predicted GPU time) and ``networks.csv``; ``--figures DIR`` draws both (PNG).
@@ -76,24 +77,25 @@ REPO = Path(__file__).resolve().parents[1]
 STUDIES = ("hopper", "hopper-large")
 #: A measured best that wins by less than this is a tie: the choice is not scored there.
 CLEAR_MARGIN = 0.05
-#: A study's budget: ``(minutes per configuration, order)``
-#: (opcost.model.op_tables.within_budget), ``("split", share)`` (:func:`split_peers`), or
-#: None for the whole study.
-Budget = tuple[float, str] | tuple[str, float] | None
+#: A study's budget, steps applied in turn to each configuration's table:
+#: ``("split", share)`` (:func:`split_peers`), then ``("minutes", minutes, order)``
+#: (opcost.model.op_tables.within_budget); None for the whole study.
+Budget = tuple[tuple, ...] | None
 
 
 @cache
 def load(gpu: str, budget: Budget = None) -> pd.DataFrame:
-    """A configuration's op-space table; with a ``budget``, only the rows that many
-    minutes of its measuring hold (opcost.model.op_tables.within_budget), or those a
-    study split between the GPUs would hold (:func:`split_peers`)."""
+    """A configuration's op-space table; with a ``budget``, only the rows a study split
+    between the GPUs would hold (:func:`split_peers`), and of those the rows that many
+    minutes of its measuring hold (opcost.model.op_tables.within_budget)."""
     files = sorted(glob.glob(str(REPO / f"data/op-space/{gpu}/*.parquet")))
     table = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
-    if budget is None:
-        return table
-    if budget[0] == "split":
-        return split_peers(table, load(peer_of(gpu)), gpu < peer_of(gpu), float(budget[1]))
-    return op_tables.within_budget(table, *budget)
+    for step in budget or ():
+        if step[0] == "split":
+            table = split_peers(table, load(peer_of(gpu)), gpu < peer_of(gpu), float(step[1]))
+        else:
+            table = op_tables.within_budget(table, float(step[1]), step[2])
+    return table
 
 
 def peer_of(gpu: str) -> str:
@@ -425,9 +427,10 @@ def main() -> None:
     )
     args = parser.parse_args()
     globals().update(SEED=args.seed, TRANSFER=not args.no_transfer)
-    budget = None if args.budget_min is None else (args.budget_min, args.budget_order)
-    if args.split_peers is not None:
-        budget = ("split", args.split_peers)
+    steps = [] if args.split_peers is None else [("split", args.split_peers)]
+    if args.budget_min is not None:
+        steps.append(("minutes", args.budget_min, args.budget_order))
+    budget = tuple(steps) or None
     regs = args.regressors.split(",")
     all_nets, all_ops = [], []
     for gpu in args.gpus:
@@ -472,6 +475,9 @@ def main() -> None:
         ratio = k["predicted_s"].sum() / k["measured_s"].sum()
         print(f"network ops ({len(k)}): median |err| {100 * e.abs().median():.1f} %, "
               f"sum of predicted / measured {ratio:.3f}")  # fmt: skip
+        signed = (e.groupby([k["family"], k["mode"]]).median() * 100).round(1)
+        conv = signed.get("conv", pd.Series(dtype=float)).to_dict()
+        print(f"network convolutions, median signed error per mode: {conv} %")
         for (mode, batch), g in nets.groupby(["mode", "batch"]):
             t, en = 100 * g["time"], 100 * g["energy"]
             t0, tw = 100 * g["time_op_space_host"], 100 * g["time_window"]

@@ -444,8 +444,8 @@ def _no_kernel_in_inference(row):
 def test_the_committed_measurements_are_sane(gpu):
     # Round 1, the adaptive rounds 2 and 3, the power round 4 and the convolutions of rounds
     # 5 and 6 (data/op-space/README.md), each fully measured; on the H100 rounds 9, 12, 14;
-    # on both the power rounds 16 and 17; on the H200 rounds 18 and 19.
-    own = (9, 12, 14) if gpu == "h100" else (18, 19)
+    # on both the power rounds 16 and 17; on the H200 rounds 18, 19 and 22.
+    own = (9, 12, 14) if gpu == "h100" else (18, 19, 22)
     measured = (2, 3, 4, 5, 6, *own, 16, 17)
     rounds = ["samples.parquet", *(f"samples-r{r}.parquet" for r in measured)]
     samples = pd.concat([pd.read_parquet(DATA / r) for r in rounds], ignore_index=True)
@@ -592,8 +592,8 @@ def test_generator_2_samples_small_maps_and_grouped_convolutions_as_networks_bui
     assert opspace.sample(counts, seed=0, generator=1)["op_id"].tolist() == (
         opspace.sample(counts, seed=0, generator=2)["op_id"].tolist()
     )
-    with pytest.raises(opspace.OpSpaceError, match="generator 9"):
-        opspace.sample({"conv": 1}, generator=9)
+    with pytest.raises(opspace.OpSpaceError, match="generator 10"):
+        opspace.sample({"conv": 1}, generator=10)
 
 
 def test_generator_6_samples_dense_convolutions_of_aligned_widths():
@@ -671,6 +671,25 @@ def test_generator_8_samples_grouped_and_depthwise_convolutions_only():
     _assert_round_trips(generator=8, n=1)
 
 
+def test_generator_9_samples_convolutions_on_the_maps_of_a_networks_stages():
+    sizes, _ = opspace_conv.INPUT_SIZES
+    stages = {size >> h for size in sizes for h in opspace_conv.HALVINGS[0]}
+    assert {224, 112, 56, 28, 14, 7} <= stages
+    convs = _conv_attrs(opspace.sample({"conv": 600}, seed=0, generator=9))
+    assert len(convs) == 600
+    maps = [shape[2] for _, shape in convs]
+    assert set(maps) <= stages
+    # ImageNet's 224 is three in ten of the input sizes: its stages are the most common.
+    assert 0.2 < np.mean([m in (224, 112, 56, 28, 14, 7) for m in maps]) < 0.45
+    dense = [a for a, _ in convs if a["groups"] == 1]
+    assert 0.5 < len(dense) / len(convs) < 0.7  # the rest grouped or depthwise
+    for a, shape in convs:
+        assert a["dilation"] == [1, 1]
+        assert a["kernel_size"][0] <= shape[2] or a["kernel_size"][0] == 1
+        assert shape[0] & (shape[0] - 1) == 0
+    _assert_round_trips(generator=9, n=3)
+
+
 def test_generator_3_samples_grouped_convolutions_more_often_as_networks_build_them():
     two = _conv_attrs(opspace.sample({"conv": 400}, seed=0, generator=2))
     three = _conv_attrs(opspace.sample({"conv": 400}, seed=0, generator=3))
@@ -736,7 +755,7 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     generator version a round names keeps it as measured."""
     study = load_study_file(REPO / "config/op-space.yaml")
     rounds = osw.op_space_round_counts(study)
-    assert len(rounds) == 21
+    assert len(rounds) == 23
     for r in range(2, len(rounds) + 1):
         params = osw.op_space_round_params(study, r)
         committed = pd.read_parquet(DATA / f"samples-r{r}.parquet")
@@ -753,8 +772,8 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     assert osw.op_space_round_params(study, 8)["generator"] == 5
     generators = [osw.op_space_round_params(study, r)["generator"] for r in range(9, 16)]
     assert generators == [6, 6, 5, 7, 7, 8, 8]
-    generators = [osw.op_space_round_params(study, r)["generator"] for r in range(18, 22)]
-    assert generators == [6, 8, 6, 8]
+    generators = [osw.op_space_round_params(study, r)["generator"] for r in range(18, 24)]
+    assert generators == [6, 8, 6, 8, 9, 9]
     assert osw.op_space_sampling_params(study)["generator"] == 1
 
 

@@ -52,7 +52,11 @@ def params(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
     (:func:`_dense_aligned`): dense convolutions of every kernel and stride with aligned
     widths and batches powers of two. Generator 7 (:func:`_dense_heavy`): the same at batch
     16-256 on maps of 7-112, bounded by :data:`opcost.opspace.HEAVY_BOUNDS`. Generator 8
-    (:func:`_grouped`): grouped and depthwise convolutions only."""
+    (:func:`_grouped`): grouped and depthwise convolutions only. Generator 9
+    (:func:`_staged`): generator 6's dense convolutions (six in ten) and generator 8's
+    grouped and depthwise ones, on the maps of a network's stages."""
+    if generator == 9:
+        return _staged(u)
     if generator in (4, 5):
         return _dense_3x3(u, powers_of_two=generator == 5)
     if generator == 6:
@@ -249,3 +253,38 @@ def call(p: dict[str, Any]) -> Call:
         p["batch"], p["cin"], p["spatial"], p["spatial"], channels_last=p["channels_last"]
     )
     return module_call(conv, x)
+
+
+#: Input sizes networks are run at, which generator 9 halves once per stage, and how
+#: often each: 224 (ImageNet's) three times in ten.
+INPUT_SIZES = (
+    (128, 160, 192, 224, 256, 288, 320, 384, 512),
+    (0.0875, 0.0875, 0.0875, 0.3, 0.0875, 0.0875, 0.0875, 0.0875, 0.0875),
+)
+#: How many times generator 9 halves the input size (its stem and stages: 2 to 32 for the
+#: last stage of an ImageNet network), and how often each.
+HALVINGS = ((0, 1, 2, 3, 4, 5), (0.05, 0.15, 0.2, 0.2, 0.2, 0.2))
+
+
+def stage_map(v: float) -> int:
+    """The map of a network's stage at quantile ``v``: an input size of
+    :data:`INPUT_SIZES` halved :data:`HALVINGS` times (224: 224, 112, 56, 28, 14, 7)."""
+    size = pick(v, *INPUT_SIZES)
+    return max(size >> pick(beyond(v), *HALVINGS), 1)
+
+
+def _staged(u: Sequence[float]) -> dict[str, Any]:
+    """A convolution on the map of a network's stage (:func:`stage_map`): generator 6's
+    dense convolution (six in ten, by coordinate 5) or generator 8's grouped or
+    depthwise one, its map an input size halved per stage instead of any of 1-224.
+    Networks halve a round input size stage by stage, and cuDNN's kernels tile such maps
+    evenly: held out of the models of rounds 1-21 (H100, TF32 on), the dense
+    convolutions on maps of 7, 14, 28, 56, 112 or 224 were predicted a median 8.3 % too
+    slow against 2.4 % for the others (50 and 800 held-out dense convolutions;
+    docs/op-space.md, round 22)."""
+    p = _dense_aligned(u) if u[5] < 0.6 else _grouped(u)
+    p["spatial"] = stage_map(u[7])
+    p["kernel"] = pick(u[3], [1, 3, 5, 7], [0.4, 0.45, 0.05, 0.1])
+    p["dilation"] = 1
+    _kernel_within_map(p)
+    return p
