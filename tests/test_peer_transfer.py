@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from sklearn.dummy import DummyRegressor
+from sklearn.ensemble import ExtraTreesRegressor
 
 from opcost.model import op_tables, opmodel, peer_transfer
 from opcost.train import TrainConfig, make_regressor
@@ -56,6 +57,24 @@ def test_a_sample_only_the_peer_measured_takes_the_ratio_of_those_both_measured(
     # The pairs themselves are left as measured.
     pd.testing.assert_frame_equal(out[~fresh], pooled[~fresh])
     assert summary == {f"linear<-{PEER}": {"pairs": 30, "median_ratio": pytest.approx(0.8)}}
+
+
+def test_the_ratio_is_predicted_on_one_thread_so_a_build_repeats_bit_for_bit() -> None:
+    # A forest predicting on several threads adds its trees up in whichever order they
+    # finish; the carried-over GPU times are the op models' training targets, and a last
+    # bit moved there grows other trees (opcost predict's answers moved by up to a point
+    # between two builds of the same data).
+    threads = []
+
+    class Spy(ExtraTreesRegressor):
+        def predict(self, x):
+            threads.append(self.n_jobs)
+            return super().predict(x)
+
+    pooled = _pooled(shared=30, only_peer=5, ratio=0.8)
+    make = lambda: Spy(n_estimators=4, random_state=0, n_jobs=2)  # noqa: E731
+    peer_transfer.transfer(pooled, OWN, make, _no_features)
+    assert threads == [1]
 
 
 def test_a_family_with_few_pairs_keeps_the_peers_measurement() -> None:

@@ -72,6 +72,11 @@ def transfer(
             sel = fresh & fam
             schema = build_schema(pd.concat([known["op_type"], out.loc[sel, "op_type"]]))
             regressor = make().fit(features(known, schema), known["log_ratio"].to_numpy())
+            if "n_jobs" in regressor.get_params():
+                # A forest predicting on threads sums its trees in whichever order they
+                # finish; the carried-over times are training targets, so the same data
+                # must give the same models bit for bit.
+                regressor.set_params(n_jobs=1)
             ratio = np.exp(regressor.predict(features(out[sel], schema)))
             for column in TIME_COLUMNS:
                 if column in out:
