@@ -63,9 +63,9 @@ def scores(gpu: str, new: set[str]) -> dict[str, dict[str, float]]:
         rest = lambda t: None if t is None else t[~t["op_id"].isin(drop)]  # noqa: B023, E731
         model = om.fit(rest(whole), gpu, om.maker("extra_trees"), rest(twin), rest(peers))
         pred = model.predict(test[["spec", "mode", "op_type"]])["gpu_time_s"].to_numpy()
-        err = pd.Series(np.abs(pred / test["gpu_time_s"].to_numpy() - 1), index=test.index)
-        conv = test["family"].eq("conv")
         signed = pd.Series(pred / test["gpu_time_s"].to_numpy() - 1, index=test.index)
+        err = signed.abs()
+        conv = test["family"].eq("conv")
         staged = test["spec"].map(on_stage_map)
         out[name] = {
             "all": 100 * err.median(),

@@ -72,8 +72,3 @@ def rows_at_most(
         every = min(n, min(power_samples, n) + int(anchors(n, share).sum()))
         total += every + max(0, math.ceil((n - every - index) / members))
     return total
-
-
-def chunk_count(rows: int, chunk_size: int) -> int:
-    """Chunks of ``chunk_size`` configurations that ``rows`` fill."""
-    return math.ceil(rows / chunk_size)

@@ -65,7 +65,7 @@ def op_space_chunks(study: Study, round_: int = 1, gpu: str | None = None) -> li
         total = opspace_split.rows_at_most(
             counts, settings["power_samples"], settings["split_peers"], *split
         )
-    return list(range(opspace_split.chunk_count(total, study.config["op_space"]["chunk_size"])))
+    return list(range(math.ceil(total / study.config["op_space"]["chunk_size"])))
 
 
 def op_space_chunk_names(study: Study, gpu: str | None = None) -> list[str]:
@@ -120,13 +120,12 @@ def op_space_round_params(study: Study, round_: int) -> dict[str, Any]:
     for earlier in counts[: round_ - 1]:
         for family, n in earlier.items():
             starts[family] = starts.get(family, 0) + n
-    op_space = study.config["op_space"]
-    later = op_space["rounds"][round_ - 2]
+    later = _round_settings(study, round_)
     params = {
         "samples": counts[round_ - 1],
         "power_samples": later["power_samples"],
         "generator": later["generator"],
-        "seed": op_space["seed"],
+        "seed": study.config["op_space"]["seed"],
         "starts": starts,
         "round": round_,
     }
