@@ -12,7 +12,8 @@ predict the held-out GPU time. Both fits see the same held-out samples, whicheve
 measured the new rounds, so the difference is what the rounds add. Prints the median
 |error| over all held-out samples and over the held-out convolutions, and the median
 signed error of the held-out dense convolutions on the maps of an ImageNet network's
-stages (224 halved) and on other maps. ``--seed`` seeds
+stages (224 halved) and on other maps, and the median |error| of the held-out grouped
+convolutions of 8 groups or more and of fewer. ``--seed`` seeds
 the forests. A few minutes on two cores.
 """
 
@@ -67,6 +68,9 @@ def scores(gpu: str, new: set[str]) -> dict[str, dict[str, float]]:
         err = signed.abs()
         conv = test["family"].eq("conv")
         staged = test["spec"].map(on_stage_map)
+        groups = test["spec"].map(grouped_groups)
+        many = groups.ge(MANY_GROUPS)
+        few = groups.gt(0) & ~many
         out[name] = {
             "all": 100 * err.median(),
             "conv": 100 * err[conv].median(),
@@ -76,6 +80,10 @@ def scores(gpu: str, new: set[str]) -> dict[str, dict[str, float]]:
             "other": 100 * signed[staged.eq(False)].median(),
             "n_staged": int(staged.eq(True).sum()),
             "n_other": int(staged.eq(False).sum()),
+            "many": 100 * err[many].median(),
+            "few": 100 * err[few].median(),
+            "n_many": int(many.sum()),
+            "n_few": int(few.sum()),
         }
     return out
 
@@ -92,6 +100,19 @@ def on_stage_map(spec: str) -> bool | None:
     if attrs.get("groups") != 1 or "kernel_size" not in attrs:
         return None
     return int(s["inputs"][0]["shape"][2]) in STAGE_MAPS
+
+
+#: A grouped convolution of this many groups or more is scored apart: cuDNN runs some of
+#: these as one kernel and others as one kernel per group (generator 10).
+MANY_GROUPS = 8
+
+
+def grouped_groups(spec: str) -> int:
+    """For a grouped convolution's spec (neither dense nor depthwise), its number of
+    groups; 0 for any other op."""
+    attrs = json.loads(spec).get("attrs", {})
+    groups = attrs.get("groups", 1)
+    return groups if 1 < groups < attrs.get("in_channels", 0) else 0
 
 
 def main() -> None:
@@ -112,7 +133,9 @@ def main() -> None:
             f"{n['conv']:.1f} % (without -> with rounds {rounds}); dense convolutions on the "
             f"maps of 224 halved ({w['n_staged']}), median signed {w['staged']:+.1f} -> "
             f"{n['staged']:+.1f} %, on other maps ({w['n_other']}) {w['other']:+.1f} -> "
-            f"{n['other']:+.1f} %",
+            f"{n['other']:+.1f} %; grouped convolutions of {MANY_GROUPS} groups or more "
+            f"({w['n_many']}) {w['many']:.1f} -> {n['many']:.1f} %, of fewer ({w['n_few']}) "
+            f"{w['few']:.1f} -> {n['few']:.1f} %",
             flush=True,
         )
 

@@ -444,8 +444,8 @@ def _no_kernel_in_inference(row):
 def test_the_committed_measurements_are_sane(gpu):
     # Round 1, the adaptive rounds 2 and 3, the power round 4 and the convolutions of rounds
     # 5 and 6 (data/op-space/README.md), each fully measured; on the H100 rounds 9, 12, 14;
-    # on both the power rounds 16 and 17; on the H200 rounds 18, 19 and 22.
-    own = (9, 12, 14) if gpu == "h100" else (18, 19, 22)
+    # on both the power rounds 16 and 17; on the H200 rounds 18, 19, 22 and 24.
+    own = (9, 12, 14) if gpu == "h100" else (18, 19, 22, 24)
     measured = (2, 3, 4, 5, 6, *own, 16, 17)
     rounds = ["samples.parquet", *(f"samples-r{r}.parquet" for r in measured)]
     samples = pd.concat([pd.read_parquet(DATA / r) for r in rounds], ignore_index=True)
@@ -592,8 +592,8 @@ def test_generator_2_samples_small_maps_and_grouped_convolutions_as_networks_bui
     assert opspace.sample(counts, seed=0, generator=1)["op_id"].tolist() == (
         opspace.sample(counts, seed=0, generator=2)["op_id"].tolist()
     )
-    with pytest.raises(opspace.OpSpaceError, match="generator 10"):
-        opspace.sample({"conv": 1}, generator=10)
+    with pytest.raises(opspace.OpSpaceError, match="generator 11"):
+        opspace.sample({"conv": 1}, generator=11)
 
 
 def test_generator_6_samples_dense_convolutions_of_aligned_widths():
@@ -690,6 +690,39 @@ def test_generator_9_samples_convolutions_on_the_maps_of_a_networks_stages():
     _assert_round_trips(generator=9, n=3)
 
 
+def test_generator_10_samples_grouped_convolutions_by_their_number_of_groups():
+    convs = _conv_attrs(opspace.sample({"conv": 600}, seed=0, generator=10))
+    assert len(convs) >= 590  # a few drawn twice
+    lo, hi = opspace_conv.GROUP_COUNTS
+    groups = np.array([a["groups"] for a, _ in convs])
+    assert all(1 < a["groups"] < a["in_channels"] for a, _ in convs)  # none dense or depthwise
+    assert groups.min() >= lo
+    assert groups.max() <= hi
+    # Log-uniform in the number of groups: about half below the geometric middle (45),
+    # where generator 8, which derives the groups from the width, puts few samples.
+    assert 0.4 < np.mean(groups < np.sqrt(lo * hi)) < 0.65
+    eight = _conv_attrs(opspace.sample({"conv": 600}, seed=0, generator=8))
+    assert np.mean([16 <= a["groups"] < a["in_channels"] for a, _ in eight]) < 0.5 * np.mean(
+        groups >= 16
+    )
+    sizes, _ = opspace_conv.INPUT_SIZES
+    stages = {size >> h for size in sizes for h in opspace_conv.HALVINGS[0]}
+    per_group = set()
+    for a, shape in convs:
+        per_group.add(a["in_channels"] // a["groups"])
+        assert a["in_channels"] % a["groups"] == 0
+        assert a["out_channels"] in (a["in_channels"], 2 * a["in_channels"])
+        assert a["out_channels"] <= opspace_conv.MAX_GROUPED_WIDTH
+        assert a["dilation"] == [1, 1]
+        assert shape[2] in stages
+        assert a["kernel_size"][0] <= shape[2] or a["kernel_size"][0] == 1
+        assert shape[0] & (shape[0] - 1) == 0
+    assert per_group == set(opspace_conv.GROUP_WIDTHS)
+    kernels = [a["kernel_size"][0] for a, _ in convs]
+    assert 0.6 < np.mean(np.array(kernels) == 3) < 0.85
+    _assert_round_trips(generator=10, n=1)
+
+
 def test_generator_3_samples_grouped_convolutions_more_often_as_networks_build_them():
     two = _conv_attrs(opspace.sample({"conv": 400}, seed=0, generator=2))
     three = _conv_attrs(opspace.sample({"conv": 400}, seed=0, generator=3))
@@ -755,7 +788,7 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     generator version a round names keeps it as measured."""
     study = load_study_file(REPO / "config/op-space.yaml")
     rounds = osw.op_space_round_counts(study)
-    assert len(rounds) == 23
+    assert len(rounds) == 25
     for r in range(2, len(rounds) + 1):
         params = osw.op_space_round_params(study, r)
         committed = pd.read_parquet(DATA / f"samples-r{r}.parquet")
@@ -772,8 +805,8 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     assert osw.op_space_round_params(study, 8)["generator"] == 5
     generators = [osw.op_space_round_params(study, r)["generator"] for r in range(9, 16)]
     assert generators == [6, 6, 5, 7, 7, 8, 8]
-    generators = [osw.op_space_round_params(study, r)["generator"] for r in range(18, 24)]
-    assert generators == [6, 8, 6, 8, 9, 9]
+    generators = [osw.op_space_round_params(study, r)["generator"] for r in range(18, 26)]
+    assert generators == [6, 8, 6, 8, 9, 9, 10, 10]
     assert osw.op_space_sampling_params(study)["generator"] == 1
 
 

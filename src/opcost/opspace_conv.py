@@ -54,7 +54,10 @@ def params(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
     16-256 on maps of 7-112, bounded by :data:`opcost.opspace.HEAVY_BOUNDS`. Generator 8
     (:func:`_grouped`): grouped and depthwise convolutions only. Generator 9
     (:func:`_staged`): generator 6's dense convolutions (six in ten) and generator 8's
-    grouped and depthwise ones, on the maps of a network's stages."""
+    grouped and depthwise ones, on the maps of a network's stages. Generator 10
+    (:func:`_grouped_by_count`): grouped convolutions drawn by their number of groups."""
+    if generator == 10:
+        return _grouped_by_count(u)
     if generator == 9:
         return _staged(u)
     if generator in (4, 5):
@@ -286,5 +289,41 @@ def _staged(u: Sequence[float]) -> dict[str, Any]:
     p["spatial"] = stage_map(u[7])
     p["kernel"] = pick(u[3], [1, 3, 5, 7], [0.4, 0.45, 0.05, 0.1])
     p["dilation"] = 1
+    _kernel_within_map(p)
+    return p
+
+
+#: Generator 10's numbers of groups, log-uniform: where cuDNN runs a grouped convolution
+#: as one kernel for some widths, maps and batches and as one kernel per group for others.
+GROUP_COUNTS = (8, 256)
+#: Generator 10's widest convolution (channels in and out).
+MAX_GROUPED_WIDTH = 4096
+
+
+def _grouped_by_count(u: Sequence[float]) -> dict[str, Any]:
+    """A grouped convolution drawn by its number of groups, as ResNeXt and RegNet build
+    theirs: 8-256 groups (:data:`GROUP_COUNTS`, log-uniform) of
+    :data:`GROUP_WIDTHS` channels each (fewer groups where that exceeds
+    :data:`MAX_GROUPED_WIDTH` channels), as many output channels (nine in ten) or twice
+    as many, kernel 3 mostly (1, 5 or 7 one in ten each), stride 1 or 2, on the map of a
+    network's stage (:func:`stage_map`), batch a power of two (1-256). Generator 8 draws
+    the width and derives the groups, so few of its samples have 16-256 groups, where
+    the held-out grouped convolutions of the models of rounds 1-23 missed most: a median
+    26-73 % per bin of groups against 18-20 % for 2-4 groups (H100, and H200 with TF32
+    off; docs/op-space.md, rounds 24-25)."""
+    per_group = pick(u[10], GROUP_WIDTHS)
+    groups = min(log_int(u[6], *GROUP_COUNTS), MAX_GROUPED_WIDTH // per_group)
+    cin = groups * per_group
+    p = {
+        "batch": power_of_two(u[0], 1, 256),
+        "cin": cin,
+        "cout": cin * (pick(u[2], [1, 2], [0.9, 0.1]) if 2 * cin <= MAX_GROUPED_WIDTH else 1),
+        "kernel": pick(u[3], [1, 3, 5, 7], [0.1, 0.7, 0.1, 0.1]),
+        "stride": pick(u[4], [1, 2], [0.75, 0.25]),
+        "dilation": 1,
+        "groups": groups,
+        "spatial": stage_map(u[7]),
+        **_bias_and_layout(u),
+    }
     _kernel_within_map(p)
     return p
