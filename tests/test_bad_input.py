@@ -11,7 +11,7 @@ Study config (``ConfigError`` naming the field; ``test_bad_config_names_the_fiel
 - unknown key, top level or nested: schema ``additionalProperties: false``
 - wrong type (a string for a number, for a boolean): schema ``type``
 - empty model list: schema ``models.minItems``
-- unknown torchvision model: config.py:load_study (``_is_torchvision_model``)
+- unknown torchvision model: config.py:load_study (``model_registry.is_torchvision_model``)
 - input shape of the wrong rank: config.py:load_study (4 dimensions for torchvision)
   and schema ``minItems``/``maxItems``
 - input shape with a zero, negative or non-integer dimension: schema ``minimum: 1`` and

@@ -163,7 +163,7 @@ def test_torchvision_names_read_from_its_source_are_its_registry():
     # torchvision registers (the quantized ones are registered under a given name).
     import torchvision
 
-    from opcost.config import torchvision_model_names
+    from opcost.model_registry import torchvision_model_names
 
     names = torchvision_model_names()
     assert names == frozenset(torchvision.models.list_models())
@@ -173,9 +173,9 @@ def test_torchvision_names_read_from_its_source_are_its_registry():
 def test_a_model_missing_from_the_source_scan_is_checked_by_torchvision(repo, monkeypatch):
     # Should torchvision register a model some other way, the scan misses it and
     # torchvision itself is asked before the name is refused.
-    import opcost.config
+    import opcost.model_registry
 
-    monkeypatch.setattr(opcost.config, "torchvision_model_names", frozenset)
+    monkeypatch.setattr(opcost.model_registry, "torchvision_model_names", frozenset)
     study = load_study_file(repo / "config" / "local.yaml")
     assert study.model_inputs[0].name == "resnet18_4x3x64x64"
 

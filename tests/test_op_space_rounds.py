@@ -400,7 +400,7 @@ def test_op_space_data_holds_every_rounds_chunks_in_order_and_no_samples_table(t
     for name in names:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_bytes(b"")
-    from opcost.config import op_space_data_gpus
+    from opcost.config_opspace import op_space_data_gpus
 
     assert op_space_data_gpus(root) == ["h100"]
     chunks = [Path(p).name for p in osw.op_space_data_chunks(root, "h100")]

@@ -6,8 +6,6 @@ before any job starts, with a message that names the field.
 
 from __future__ import annotations
 
-import ast
-import importlib.util
 import re
 from dataclasses import dataclass, field
 from functools import cache
@@ -17,16 +15,14 @@ from typing import Any
 import jsonschema
 import yaml
 
-from opcost.errors import OpcostError
+from opcost.config_opspace import check_op_space
+from opcost.errors import ConfigError
+from opcost.model_registry import factory_problem, is_torchvision_model
 from opcost.names import MODES, ModelInput, NameError_, Setting, check_name, parse_setting
 
 #: The config schema (package data): every key, its type and its default.
 SCHEMA_PATH = Path(__file__).resolve().with_name("config.schema.yaml")
 _IMPORT_PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
-
-
-class ConfigError(OpcostError, ValueError):
-    """The config is invalid; the message names the field."""
 
 
 @dataclass(frozen=True)
@@ -248,65 +244,10 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any] | None = None
     return config
 
 
-@cache
-def torchvision_model_names() -> frozenset[str]:
-    """The names torchvision registers (``@register_model``), read from its source files
-    without importing it (and torch): what ``torchvision.models.list_models()`` returns.
-    Empty where torchvision is not installed or its source cannot be read."""
-    found = importlib.util.find_spec("torchvision")
-    if found is None or found.origin is None:
-        return frozenset()
-    names: set[str] = set()
-    for path in sorted((Path(found.origin).parent / "models").rglob("*.py")):
-        try:
-            text = path.read_text()
-            tree = ast.parse(text) if "register_model(" in text else None
-        except (OSError, SyntaxError, UnicodeDecodeError):
-            continue
-        for node in ast.walk(tree) if tree else ():
-            if isinstance(node, ast.FunctionDef):
-                names.update(_registered_name(d, node.name) for d in node.decorator_list)
-    return frozenset(names - {None})
-
-
-def _registered_name(decorator: ast.expr, function: str) -> str | None:
-    """The name ``@register_model()`` or ``@register_model(name=...)`` registers."""
-    if not isinstance(decorator, ast.Call):
-        return None
-    callee = decorator.func
-    if getattr(callee, "id", getattr(callee, "attr", None)) != "register_model":
-        return None
-    given = [k.value for k in decorator.keywords if k.arg == "name"] + decorator.args[:1]
-    if not given:
-        return function
-    return given[0].value if isinstance(given[0], ast.Constant) else None
-
-
-def _is_torchvision_model(model: str) -> bool:
-    """Whether torchvision knows ``model``; imports torchvision only for a name its source
-    does not register (to be sure before refusing it)."""
-    if model in torchvision_model_names():
-        return True
-    import torchvision
-
-    return model in torchvision.models.list_models()
-
-
-@cache
-def _factory_problem(model: str) -> str | None:
-    from opcost.extract import check_factory
-
-    try:
-        check_factory(model)
-    except ValueError as e:
-        return str(e)
-    return None
-
-
 def _check_factory(model: str, where: str) -> None:
     """Refuse an import path that is not a network factory (opcost.extract.check_factory);
     each path is checked once per process."""
-    problem = _factory_problem(model)
+    problem = factory_problem(model)
     if problem is not None:
         raise ConfigError(f"{where}: {problem}")
 
@@ -338,7 +279,7 @@ def load_study(config: dict[str, Any], *, check_models: bool = True) -> Study:
                 )
             if check_models:
                 _check_factory(model, where)
-        elif check_models and not _is_torchvision_model(model):
+        elif check_models and not is_torchvision_model(model):
             raise ConfigError(
                 f"{where}: unknown model {model!r}; use a torchvision model name "
                 "(torchvision.models.list_models()) or an import path package.module:factory"
@@ -397,74 +338,19 @@ def load_study(config: dict[str, Any], *, check_models: bool = True) -> Study:
             gpu_name=g.get("gpu_name"),
         )
     modes = tuple(m for m in MODES if m in config["modes"])
-    if config["op_space"]["rounds"] and not any(config["op_space"]["samples"].values()):
-        raise ConfigError(
-            "op_space.rounds: later rounds continue the sequences of op_space.samples "
-            "(round 1), which samples nothing; give op_space.samples"
-        )
-    for i, round_ in enumerate(config["op_space"]["rounds"]):
-        for name in round_.get("gpus", ()):
-            if name not in gpus:
-                raise ConfigError(
-                    f"op_space.rounds.{i}.gpus: {name!r} is no GPU configuration of this "
-                    f"study (gpus: {', '.join(gpus) or 'none'})"
-                )
-    _check_split_peers(config["op_space"])
+    check_op_space(config["op_space"], gpus)
     if gpus and not model_inputs and not any(config["op_space"]["samples"].values()):
         raise ConfigError(
             "models: give at least one model-input set to profile on gpus "
             "(or op_space.samples to sample the op space on them)"
         )
     included = _load_includes(config["include"], gpus)
-    op_space_data = config["op_space"]["data"]
-    if op_space_data is not None:
-        op_space_data_gpus(op_space_data)
-    if not gpus and not included and op_space_data is None:
+    if not gpus and not included and config["op_space"]["data"] is None:
         raise ConfigError(
             "gpus: the study neither profiles (gpus) nor includes measurements (include "
             "or op_space.data): give at least one of them"
         )
     return Study(tuple(model_inputs), modes, gpus, config, included)
-
-
-def _check_split_peers(op_space: dict[str, Any]) -> None:
-    """A round split between peers (``split_peers``) leaves each peer's models without the
-    configurations the others measured unless they pool them (``model.pool_gpus``)."""
-    rounds = [("op_space.split_peers", op_space)] + [
-        (f"op_space.rounds.{i}.split_peers", r) for i, r in enumerate(op_space["rounds"])
-    ]
-    for name, round_ in rounds:
-        if round_.get("split_peers") is not None and not op_space["model"]["pool_gpus"]:
-            raise ConfigError(
-                f"{name}: a round split between peers needs op_space.model.pool_gpus: "
-                "true (each GPU's models learn the configurations its peers measured)"
-            )
-
-
-def op_space_data_gpus(data: str | Path) -> list[str]:
-    """The GPU configurations of an op-space data directory (config ``op_space.data``):
-    its subdirectories that hold chunk tables ``{gpu}/{chunk}.parquet``, sorted.
-
-    Raises:
-        ConfigError: naming ``op_space.data``: no such directory, no chunk table in it,
-            or a subdirectory whose name cannot be a GPU configuration's.
-    """
-    where = "op_space.data"
-    root = Path(data)
-    if not root.is_dir():
-        raise ConfigError(f"{where}: no such directory {str(data)!r}")
-    names = sorted({p.parent.name for p in root.glob("*/*.parquet")})
-    if not names:
-        raise ConfigError(
-            f"{where}: {str(data)!r} holds no op-space chunk tables ({{gpu}}/{{chunk}}.parquet, "
-            "as data/op-space does)"
-        )
-    for name in names:
-        try:
-            check_name(name, f"{where}: {root / name}")
-        except NameError_ as e:
-            raise ConfigError(str(e)) from e
-    return names
 
 
 def _same_gpu(a: GpuConfig, b: GpuConfig) -> bool:

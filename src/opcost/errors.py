@@ -11,3 +11,7 @@ from __future__ import annotations
 
 class OpcostError(Exception):
     """An input, file or setting opcost refuses, with a message meant for the user."""
+
+
+class ConfigError(OpcostError, ValueError):
+    """The config is invalid; the message names the field (:mod:`opcost.config`)."""

@@ -246,7 +246,7 @@ def _op_space_data_relatives(
     data: str, gpu: str, stamp: tuple[int, ...]
 ) -> tuple[str | None, tuple[str, ...], tuple[str, ...]]:
     """``(twin, peers, the twin's peers)`` of ``gpu`` among the data's configurations."""
-    from opcost.config import op_space_data_gpus
+    from opcost.config_opspace import op_space_data_gpus
     from opcost.model import op_tables
 
     columns = ["tf32", "gpu_name", "dtype"]
@@ -265,7 +265,7 @@ def _op_space_data_relatives(
 def op_models_gpus(study: Study) -> list[str]:
     """The GPU configurations that get op models: with ``op_space.data``, those the
     directory holds; else the study's own when it samples the op space; else none."""
-    from opcost.config import op_space_data_gpus
+    from opcost.config_opspace import op_space_data_gpus
 
     op_space = study.config["op_space"]
     if op_space["data"] is not None:

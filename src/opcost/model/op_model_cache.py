@@ -58,7 +58,8 @@ def cached_op_models(data: Path, log: Callable[[str], None] = lambda line: None)
     subdirectory per GPU configuration): from the cache, else built now (module
     docstring), with the default config's ``op_space.model`` settings."""
     from opcost import op_models_job
-    from opcost.config import op_space_data_gpus, schema_defaults
+    from opcost.config import schema_defaults
+    from opcost.config_opspace import op_space_data_gpus
     from opcost.model.opmodel_format import MANIFEST_FILE
     from opcost.opspace_workflow import op_space_data_inputs
 
