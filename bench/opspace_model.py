@@ -46,7 +46,8 @@ samples against the peer's base time instead of carrying them over to the
 configuration's GPU (opcost.model.peer_transfer; ``bench/peer_transfer.py`` scores both).
 ``--split-peers SHARE`` trains on what a study would hold that measured each configuration
 both GPUs of a TF32 setting measured on one of them only, ``SHARE`` of them on both
-(:func:`split_peers`): what measuring a round on one GPU costs in accuracy. With both,
+(:func:`split_peers`, as a round's ``split_peers: SHARE`` splits it in the pipeline):
+what measuring a round on one GPU costs in accuracy. With both,
 the split comes first and ``M`` minutes of each configuration's share are kept.
 
 ``--out DIR`` writes ``ops.csv`` (held-out samples and network ops: family, measured and
@@ -63,6 +64,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from opcost import opspace_split
 from opcost import replay as rp
 from opcost.config import schema_defaults
 from opcost.model import op_power, op_tables, opmodel
@@ -111,18 +113,36 @@ def peer_of(gpu: str) -> str:
 
 def split_peers(table: pd.DataFrame, peer: pd.DataFrame, first: bool, share: float):
     """The rows of ``table`` a study would hold that measured each configuration both GPUs
-    measured on one of them only: ``share`` of them (at random, seed 0) on both, as the
-    pairs a peer's samples are carried over by (opcost.model.peer_transfer), the rest
-    halved between the two (``first``: this configuration takes the first half). The
-    configurations with a power window on either stay on both (busy power is learnt
-    from a configuration's own windows)."""
-    windowed = set(table.loc[table["power_w"].notna(), "op_id"])
-    windowed |= set(peer.loc[peer["power_w"].notna(), "op_id"])
-    shared = sorted((set(table["op_id"]) & set(peer["op_id"])) - windowed)
-    order = np.random.default_rng(0).permutation(shared)
-    rest = order[int(share * len(order)) :]
-    theirs = rest[len(rest) // 2 :] if first else rest[: len(rest) // 2]
-    return table[~table["op_id"].isin(set(theirs))]
+    measured on one of them only, as ``split_peers: share`` splits a round
+    (opcost.opspace_split): per round and family, ``share`` of them, spread evenly over
+    its sequence, and those with a power window on both, as the pairs a peer's samples
+    are carried over by (opcost.model.peer_transfer); the rest taken in turn (``first``:
+    this configuration takes the first of each two)."""
+    ranks = split_ranks_by_op(share)
+    shared = set(table["op_id"]) & set(peer["op_id"])
+    rank = table["op_id"].map(ranks).fillna(opspace_split.EVERY_PEER).astype("int64")
+    mine = opspace_split.takes(rank, 0 if first else 1, 2)
+    return table[mine | ~table["op_id"].isin(shared)]
+
+
+@cache
+def split_ranks_by_op(share: float) -> dict[str, int]:
+    """Each committed round's ``split_rank`` per op id (data/op-space's samples tables,
+    opcost.opspace_split.split_ranks), the first round that sampled it deciding."""
+    out: dict[str, int] = {}
+    tables = sorted((REPO / "data/op-space").glob("samples*.parquet"), key=_round_number)
+    for path in tables:
+        t = pd.read_parquet(path, columns=["op_id", "family", "power"])
+        ranks = opspace_split.split_ranks(t["family"], t["power"], share)
+        for op_id, r in zip(t["op_id"], ranks, strict=True):
+            out.setdefault(op_id, int(r))
+    return out
+
+
+def _round_number(path: Path) -> int:
+    """1 for ``samples.parquet``, N for ``samples-rN.parquet``."""
+    stem = path.stem.removeprefix("samples")
+    return int(stem.removeprefix("-r")) if stem else 1
 
 
 def sources(
