@@ -1,0 +1,271 @@
+"""The op space's families other than convolutions (:mod:`opcost.opspace_conv`): how a
+point of the unit cube becomes one configuration of each, and its call on the ``meta``
+device, as networks make it (docs/op-space.md, "What is sampled")."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from opcost.opspace_draw import Call, log_int, pick, round_to, width
+from opcost.opspace_draw import function_call as _f
+from opcost.opspace_draw import meta_tensor as _t
+from opcost.opspace_draw import module_call as _m
+
+
+def _nchw(p: dict[str, Any]) -> tuple[int, int, int, int]:
+    return p["batch"], p["channels"], p["spatial"], p["spatial"]
+
+
+def _linear(u: Sequence[float]) -> dict[str, Any]:
+    return {
+        "batch": log_int(u[0], 1, 256),
+        "tokens": pick(u[1], [0, 1], [0.5, 0.5]) and log_int(u[2], 4, 1024),
+        "fin": width(u[3], 8, 8192),
+        "fout": width(u[4], 8, 8192),
+        "bias": u[5] < 0.8,
+    }
+
+
+def _linear_call(p: dict[str, Any]) -> Call:
+    lin = torch.nn.Linear(p["fin"], p["fout"], bias=p["bias"], device="meta")
+    shape = (p["batch"], p["tokens"], p["fin"]) if p["tokens"] else (p["batch"], p["fin"])
+    return _m(lin, _t(*shape))
+
+
+def _matmul(u: Sequence[float]) -> dict[str, Any]:
+    return {
+        "type": pick(u[0], ["matmul", "bmm", "operator"]),
+        "batch": log_int(u[1], 1, 256),
+        "heads": pick(u[2], [0, 1], [0.5, 0.5]) and log_int(u[3], 2, 16),
+        "m": width(u[4], 4, 2048),
+        "k": width(u[5], 8, 2048),
+        "n": width(u[6], 4, 2048),
+    }
+
+
+def _matmul_call(p: dict[str, Any]) -> Call:
+    lead = (p["batch"], p["heads"]) if p["heads"] and p["type"] != "bmm" else (p["batch"],)
+    a, b = _t(*lead, p["m"], p["k"]), _t(*lead, p["k"], p["n"])
+    # ``a @ b`` in a network is recorded as the torch function it dispatches to,
+    # torch.Tensor.matmul (extraction never sees torch.Tensor.__matmul__).
+    fn = {"matmul": torch.matmul, "bmm": torch.bmm, "operator": torch.Tensor.matmul}
+    return _f(fn[p["type"]], a, b)
+
+
+def _attention(u: Sequence[float]) -> dict[str, Any]:
+    head_dim = pick(u[2], [32, 64, 128], [0.3, 0.5, 0.2])
+    return {
+        "type": pick(u[0], ["mha", "sdpa"], [0.6, 0.4]),
+        "batch": log_int(u[1], 1, 256),
+        "heads": log_int(u[3], 1, 16),
+        "head_dim": head_dim,
+        "tokens": log_int(u[4], 16, 1024),
+    }
+
+
+def _attention_call(p: dict[str, Any]) -> Call:
+    b, h, d, n = p["batch"], p["heads"], p["head_dim"], p["tokens"]
+    if p["type"] == "mha":
+        mha = torch.nn.MultiheadAttention(h * d, h, batch_first=True, device="meta")
+        x = _t(b, n, h * d)
+        return _m(mha, x, x, x, need_weights=False)
+    q, k, v = _t(b, h, n, d), _t(b, h, n, d), _t(b, h, n, d)
+    return _f(torch.nn.functional.scaled_dot_product_attention, q, k, v)
+
+
+def _tensor_shape(u: Sequence[float]) -> dict[str, Any]:
+    """An activation tensor: NCHW (optionally channels-last) or tokens (N, L, C)."""
+    return {
+        "batch": log_int(u[0], 1, 256),
+        "layout": pick(u[1], ["nchw", "tokens"], [0.7, 0.3]),
+        "channels": width(u[2], 8, 2048),
+        "spatial": log_int(u[3], 1, 112),
+        "tokens": log_int(u[3], 4, 1024),
+        "channels_last": u[4] < 0.25,
+    }
+
+
+def _tensor(p: dict[str, Any]) -> torch.Tensor:
+    if p["layout"] == "tokens":
+        return _t(p["batch"], p["tokens"], p["channels"])
+    return _t(*_nchw(p), channels_last=p["channels_last"])
+
+
+def _norm(u: Sequence[float]) -> dict[str, Any]:
+    p = _tensor_shape(u)
+    p["type"] = pick(u[5], ["batchnorm", "layernorm", "layernorm2d", "groupnorm"])
+    p["layout"] = "tokens" if p["type"] == "layernorm" else "nchw"
+    p["spatial"] = max(p["spatial"], 2) if p["type"] == "batchnorm" else p["spatial"]
+    if p["type"] == "groupnorm":
+        p["channels"] = round_to(p["channels"], 32)
+    return p
+
+
+def _norm_call(p: dict[str, Any]) -> Call:
+    from torchvision.models.convnext import LayerNorm2d
+
+    c = p["channels"]
+    module = {
+        "batchnorm": lambda: torch.nn.BatchNorm2d(c, device="meta"),
+        "layernorm": lambda: torch.nn.LayerNorm(c, device="meta"),
+        "layernorm2d": lambda: LayerNorm2d(c, device="meta"),
+        "groupnorm": lambda: torch.nn.GroupNorm(32, c, device="meta"),
+    }[p["type"]]()
+    return _m(module, _tensor(p))
+
+
+_ACTIVATIONS = ("ReLU", "ReLU6", "GELU", "SiLU", "Hardswish", "Hardsigmoid", "Sigmoid", "Tanh")
+_INPLACE = frozenset({"ReLU", "ReLU6", "SiLU", "Hardswish", "Hardsigmoid"})
+
+
+def _activation(u: Sequence[float]) -> dict[str, Any]:
+    p = _tensor_shape(u)
+    p["type"] = pick(u[5], _ACTIVATIONS)
+    p["inplace"] = p["type"] in _INPLACE and u[6] < 0.6
+    return p
+
+
+def _activation_call(p: dict[str, Any]) -> Call:
+    cls = getattr(torch.nn, p["type"])
+    return _m(cls(inplace=True) if p["inplace"] else cls(), _tensor(p))
+
+
+def _pool(u: Sequence[float]) -> dict[str, Any]:
+    p = _tensor_shape(u)
+    p["layout"] = "nchw"
+    p["spatial"] = max(2, log_int(u[3], 2, 224))
+    p["type"] = pick(u[5], ["max", "avg", "adaptive"], [0.45, 0.2, 0.35])
+    p["kernel"] = pick(u[6], [2, 3])
+    p["output"] = pick(u[6], [1, 7], [0.8, 0.2])
+    return p
+
+
+def _pool_call(p: dict[str, Any]) -> Call:
+    k = min(p["kernel"], p["spatial"])
+    module = {
+        "max": lambda: torch.nn.MaxPool2d(k, stride=2, padding=k // 2 if k == 3 else 0),
+        "avg": lambda: torch.nn.AvgPool2d(k, stride=2),
+        "adaptive": lambda: torch.nn.AdaptiveAvgPool2d(p["output"]),
+    }[p["type"]]()
+    return _m(module, _tensor(p))
+
+
+def _elementwise(u: Sequence[float]) -> dict[str, Any]:
+    p = _tensor_shape(u)
+    p["type"] = pick(u[5], ["add", "add_", "mul", "scale", "mean", "stochastic_depth"])
+    if p["type"] in ("scale", "mean"):
+        p["layout"] = "nchw"
+    return p
+
+
+def _elementwise_call(p: dict[str, Any]) -> Call:
+    from torchvision.ops import StochasticDepth
+
+    x, kind = _tensor(p), p["type"]
+    if kind in ("add", "add_", "mul"):
+        fn = {"add": torch.Tensor.add, "add_": torch.Tensor.add_, "mul": torch.Tensor.mul}[kind]
+        return _f(fn, x, _tensor(p))
+    if kind == "scale":  # squeeze-and-excitation: (N, C, 1, 1) times (N, C, H, W)
+        return _f(torch.Tensor.mul, x, _t(p["batch"], p["channels"], 1, 1))
+    if kind == "mean":
+        return _f(torch.Tensor.mean, x, [2, 3], keepdim=True)
+    return _m(StochasticDepth(0.1, "row"), x)
+
+
+def _softmax(u: Sequence[float]) -> dict[str, Any]:
+    return {
+        "type": pick(u[0], ["function", "module"]),
+        "batch": log_int(u[1], 1, 256),
+        "heads": log_int(u[2], 1, 16),
+        "rows": log_int(u[3], 1, 1024),
+        "cols": log_int(u[4], 16, 1024),
+    }
+
+
+def _softmax_call(p: dict[str, Any]) -> Call:
+    x = _t(p["batch"], p["heads"], p["rows"], p["cols"])
+    if p["type"] == "module":
+        return _m(torch.nn.Softmax(dim=-1), x)
+    return _f(torch.softmax, x, -1)
+
+
+def _dropout(u: Sequence[float]) -> dict[str, Any]:
+    p = _tensor_shape(u)
+    p["p"] = pick(u[5], [0.1, 0.2, 0.5])
+    return p
+
+
+def _dropout_call(p: dict[str, Any]) -> Call:
+    return _m(torch.nn.Dropout(p["p"]), _tensor(p))
+
+
+def _cat(u: Sequence[float]) -> dict[str, Any]:
+    p = _tensor_shape(u)
+    p["layout"] = "nchw"
+    p["parts"] = pick(u[5], [2, 3, 4], [0.6, 0.2, 0.2])
+    return p
+
+
+def _cat_call(p: dict[str, Any]) -> Call:
+    parts = tuple(_tensor(p) for _ in range(p["parts"]))
+    return _f(torch.cat, parts, dim=1)
+
+
+def _copy(u: Sequence[float]) -> dict[str, Any]:
+    p = _tensor_shape(u)
+    p["layout"] = "nchw"
+    p["view"] = pick(u[5], ["shuffle", "permute"])
+    return p
+
+
+def _copy_call(p: dict[str, Any]) -> Call:
+    n, c, h, w = _nchw(p)
+    if p["view"] == "shuffle":  # shufflenet's channel shuffle: the transposed groups
+        c = round_to(c, 2)
+        x = _t(n, 2, c // 2, h, w).transpose(1, 2)
+    else:  # NCHW to channels-last order, as convnext's Permute leaves it
+        x = _t(n, c, h, w).permute(0, 2, 3, 1)
+    return _f(torch.Tensor.contiguous, x)
+
+
+def _view(u: Sequence[float]) -> dict[str, Any]:
+    p = _tensor_shape(u)
+    p["layout"] = "nchw"
+    p["type"] = pick(u[5], ["flatten", "Flatten", "view", "permute", "transpose"])
+    p["channels_last"] = p["channels_last"] and p["type"] in ("permute", "transpose")
+    return p
+
+
+def _view_call(p: dict[str, Any]) -> Call:
+    x = _tensor(p)
+    kind = p["type"]
+    if kind == "flatten":
+        return _f(torch.flatten, x, 1)
+    if kind == "Flatten":
+        return _m(torch.nn.Flatten(), x)
+    if kind == "view":
+        return _f(torch.Tensor.view, x, p["batch"], -1)
+    if kind == "permute":
+        return _f(torch.Tensor.permute, x, 0, 2, 3, 1)
+    return _f(torch.transpose, x, 1, 2)
+
+
+#: Each family's dimensions in the unit cube, its map from a point to parameters and its
+#: call, in the order :data:`opcost.opspace.FAMILIES` lists them after convolutions.
+FAMILY_MAKERS: dict[str, tuple[int, Callable[..., dict[str, Any]], Callable[..., Call]]] = {
+    "linear": (6, _linear, _linear_call),
+    "matmul": (7, _matmul, _matmul_call),
+    "attention": (5, _attention, _attention_call),
+    "norm": (6, _norm, _norm_call),
+    "activation": (7, _activation, _activation_call),
+    "pool": (7, _pool, _pool_call),
+    "elementwise": (6, _elementwise, _elementwise_call),
+    "softmax": (5, _softmax, _softmax_call),
+    "dropout": (6, _dropout, _dropout_call),
+    "cat": (6, _cat, _cat_call),
+    "copy": (6, _copy, _copy_call),
+    "view": (6, _view, _view_call),
+}
