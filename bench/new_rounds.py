@@ -38,8 +38,7 @@ def round_ids(rounds: list[int]) -> set[str]:
     ``samples.parquet``)."""
     ids: set[str] = set()
     for r in rounds:
-        name = "samples.parquet" if r == 1 else f"samples-r{r}.parquet"
-        ids |= set(pd.read_parquet(om.REPO / "data/op-space" / name)["op_id"])
+        ids |= set(pd.read_parquet(om.samples_path(r))["op_id"])
     return ids
 
 

@@ -130,19 +130,20 @@ def split_ranks_by_op(share: float) -> dict[str, int]:
     """Each committed round's ``split_rank`` per op id (data/op-space's samples tables,
     opcost.opspace_split.split_ranks), the first round that sampled it deciding."""
     out: dict[str, int] = {}
-    tables = sorted((REPO / "data/op-space").glob("samples*.parquet"), key=_round_number)
-    for path in tables:
+    round_ = 1
+    while (path := samples_path(round_)).exists():
         t = pd.read_parquet(path, columns=["op_id", "family", "power"])
         ranks = opspace_split.split_ranks(t["family"], t["power"], share)
         for op_id, r in zip(t["op_id"], ranks, strict=True):
             out.setdefault(op_id, int(r))
+        round_ += 1
     return out
 
 
-def _round_number(path: Path) -> int:
-    """1 for ``samples.parquet``, N for ``samples-rN.parquet``."""
-    stem = path.stem.removeprefix("samples")
-    return int(stem.removeprefix("-r")) if stem else 1
+def samples_path(round_: int) -> Path:
+    """The committed samples table of op-space round ``round_`` (data/op-space)."""
+    name = "samples.parquet" if round_ == 1 else f"samples-r{round_}.parquet"
+    return REPO / "data/op-space" / name
 
 
 def sources(
