@@ -67,7 +67,7 @@ def _instrument() -> None:
     harness.measure = _timed("measure (warm-up + timed)", harness.measure)
     gc.collect = _timed("gc.collect after the job", gc.collect)
     torch.cuda.empty_cache = _timed("empty_cache", torch.cuda.empty_cache)
-    profile._write_synced = _timed("write JSON", profile._write_synced)
+    profile.write_synced = _timed("write JSON", profile.write_synced)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1211,7 +1211,7 @@ def test_a_profiling_job_leaves_its_raw_logs_read_only(tmp_path):
 def test_sigterm_while_publishing_waits_until_both_raw_logs_are_in_place(tmp_path, monkeypatch):
     """A SIGTERM between the CSV's rename and the JSON's would leave a CSV without its
     JSON: read-only, Snakemake then refuses to rerun the job. It takes effect after both."""
-    from opcost import profile
+    from opcost import publish
 
     staged = {name: tmp_path / f".{name}.tmp-1" for name in ("op.csv", "op.json")}
     for path in staged.values():
@@ -1224,7 +1224,7 @@ def test_sigterm_while_publishing_waits_until_both_raw_logs_are_in_place(tmp_pat
 
     monkeypatch.setattr(os, "replace", replace_then_sigterm)
     with pytest.raises(SystemExit) as info, sigterm_unwinds():
-        profile.publish_read_only([(staged[n], tmp_path / n) for n in ("op.csv", "op.json")])
+        publish.publish_read_only([(staged[n], tmp_path / n) for n in ("op.csv", "op.json")])
     assert info.value.code == 128 + signal.SIGTERM
     assert sorted(p.name for p in tmp_path.iterdir()) == ["op.csv", "op.json"]
     assert all(p.stat().st_mode & 0o777 == 0o444 for p in tmp_path.iterdir())

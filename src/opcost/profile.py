@@ -10,8 +10,8 @@ A job (thesis 3.2-3.3):
    start and end of the timed region (:mod:`opcost.nvml`);
 4. stops the log and writes the CSV (untouched nvidia-smi output) and the benchmark JSON
    (``docs/formats.md``) under temporary names, then makes both read-only and renames
-   them into place, the JSON last, so an interrupted job leaves nothing that looks
-   complete, and a complete pair is always protected.
+   them into place, the JSON last (:mod:`opcost.publish`), so an interrupted job leaves
+   nothing that looks complete, and a complete pair is always protected.
 
 An operation that runs out of memory or cannot be built or run here is recorded with
 ``status: failed`` and its reason; the job still succeeds. Any other error fails the job.
@@ -22,14 +22,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import gc
 import json
 import os
 import platform
-import signal
 import socket
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,6 +39,7 @@ from opcost.config import GpuConfig, traced_in_job
 from opcost.errors import OpcostError
 from opcost.io import staged_path
 from opcost.names import ModelInput, Setting
+from opcost.publish import collecting_own_garbage, publish_read_only, write_synced
 from opcost.schemas import RECORD_SCHEMA_VERSION
 
 SCHEMA_VERSION = RECORD_SCHEMA_VERSION
@@ -340,7 +338,7 @@ def profile_job(
         try:
             try:
                 with (
-                    _collecting_own_garbage(),
+                    collecting_own_garbage(),
                     power_log(
                         csv_path,
                         opts.device,
@@ -364,7 +362,7 @@ def profile_job(
                 if opts.device == "cuda":
                     torch.cuda.empty_cache()
             record["finished_unix_s"] = time.time()
-            _write_synced(staged_json, json.dumps(record, indent=1, sort_keys=True) + "\n")
+            write_synced(staged_json, json.dumps(record, indent=1, sort_keys=True) + "\n")
             # A duplicate on another device may have published the pair meanwhile: the
             # first complete pair stays, this one is dropped.
             existing = measured_pair(csv_path, json_path)
@@ -402,66 +400,6 @@ def measured_pair(csv_path: Path, json_path: Path) -> dict[str, Any] | None:
         flush=True,
     )
     return record
-
-
-def _write_synced(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-@contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
-    """SIGINT and SIGTERM that arrive in the block take effect when it ends (main thread)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    held: list[int] = []
-    previous = {
-        sig: signal.signal(sig, lambda signum, frame: held.append(signum))
-        for sig in (signal.SIGINT, signal.SIGTERM)
-    }
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
-        for sig in dict.fromkeys(held):
-            signal.raise_signal(sig)
-
-
-def publish_read_only(moves: list[tuple[Path, Path]]) -> None:
-    """Make each staged file read-only (0444) and rename it to its final name, in order.
-
-    The raw logs are the study's ground truth: the job itself leaves them protected, so
-    they are protected also when Snakemake cannot protect them (interrupted before it
-    records the job as finished). A SIGINT or SIGTERM meanwhile waits until every file is
-    in place, so an interrupted job leaves all of its files or none.
-    """
-    with _signals_held():
-        for staged, final in moves:
-            os.chmod(staged, 0o444)
-            os.replace(staged, final)
-
-
-@contextlib.contextmanager
-def _collecting_own_garbage() -> Iterator[None]:
-    """At the end, collect the cyclic garbage made since the start, and only that.
-
-    The job's workload must be freed before ``empty_cache`` hands its GPU memory back. A
-    plain ``gc.collect()`` would also scan every object the process had before: in the
-    Snakemake process that runs the jobs, the DAG of the study, which took about 0.1 s
-    per job. ``gc.freeze()`` sets those aside for the job; ``gc.unfreeze()`` returns
-    them to the collector's oldest generation afterwards.
-    """
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.collect()
-        gc.unfreeze()
 
 
 def device_to_itself(device: str) -> contextlib.AbstractContextManager[float]:

@@ -52,7 +52,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from opcost import gpu_setting, harness, host_probe, kineto, power_window, profile
+from opcost import gpu_setting, harness, host_probe, kineto, power_window, profile, publish
 from opcost.call_annotator import CallAnnotator, learn_calls
 from opcost.errors import OpcostError
 from opcost.io import staged_path
@@ -410,8 +410,8 @@ def trace_job(
         record["finished_unix_s"] = time.time()
         staged = staged_path(json_path)
         try:
-            profile._write_synced(staged, json.dumps(record, indent=1, sort_keys=True) + "\n")
-            profile.publish_read_only([(staged, json_path)])
+            publish.write_synced(staged, json.dumps(record, indent=1, sort_keys=True) + "\n")
+            publish.publish_read_only([(staged, json_path)])
         except BaseException:
             staged.unlink(missing_ok=True)
             raise
