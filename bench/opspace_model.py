@@ -50,7 +50,7 @@ both GPUs of a TF32 setting measured on one of them only, ``SHARE`` of them on b
 what measuring a round on one GPU costs in accuracy. With both,
 the split comes first and ``M`` minutes of each configuration's share are kept.
 
-``--out DIR`` writes ``ops.csv`` (held-out samples and network ops: family, measured and
+``--out DIR`` writes ``ops.csv`` (held-out samples and network ops: family, mode, spec, measured and
 predicted GPU time) and ``networks.csv``; ``--figures DIR`` draws both (PNG).
 """
 
@@ -215,6 +215,8 @@ def held_out(
                         "gpu": gpu,
                         "model": name,
                         "family": test["family"],
+                        "mode": test["mode"],
+                        "spec": test["spec"],
                         "measured_s": measured,
                         "predicted_s": p,
                         "err": p / measured - 1,
@@ -314,6 +316,7 @@ def networks(gpu: str, model: opmodel.OpModel) -> tuple[pd.DataFrame, pd.DataFra
                     "study": study,
                     "family": p["family"],
                     "mode": o["mode"],
+                    "spec": o["spec"],
                     "measured_s": o["gpu_time_s"],
                     "predicted_s": p["gpu_time_s"],
                 }
@@ -521,7 +524,7 @@ def main() -> None:
         if sorted(args.gpus) != sorted(pair):
             choice(nets, list(args.gpus), gpu_bound)
     ops = pd.concat(all_ops, ignore_index=True)[
-        ["gpu", "source", "family", "measured_s", "predicted_s"]
+        ["gpu", "source", "family", "mode", "spec", "measured_s", "predicted_s"]
     ]
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
