@@ -138,7 +138,8 @@ def test_measured_op_models_train_on_the_studys_chunks_and_the_tf32_twins(repo):
     # (60, one), with TF32 on and off; on the H200 alone round 18's 600 (three) and
     # round 19's 400 (two) with TF32 on, round 20's 400 (two) and 21's 300 (two) off,
     # round 22's 600 (three) on and round 23's 400 (two) off, round 24's 1,500 (six) on
-    # and round 25's 1,250 (five) off.
+    # and round 25's 1,250 (five) off, round 26's 750 (three) on and round 27's 750
+    # (three) off.
     names = [
         *map(str, range(10)), *(f"r{r}-{c}" for r in (2, 3) for c in range(5)),
         "r4-0", "r5-0", "r5-1", "r6-0", "r6-1", "r6-2",
@@ -160,9 +161,11 @@ def test_measured_op_models_train_on_the_studys_chunks_and_the_tf32_twins(repo):
         for c in ("r18-0", "r18-1", "r18-2", "r19-0", "r19-1", "r22-0", "r22-1", "r22-2")
     ]
     h200_on += [raw.format("h200", f"r24-{c}") for c in range(6)]
+    h200_on += [raw.format("h200", f"r26-{c}") for c in range(3)]
     h200_off = [c.format("h200-notf32") for c in (*off, *power_rounds)]
     h200_off += [raw.format("h200-notf32", f"r{r}-{c}") for r in (20, 21, 23) for c in (0, 1)]
     h200_off += [raw.format("h200-notf32", f"r25-{c}") for c in range(5)]
+    h200_off += [raw.format("h200-notf32", f"r27-{c}") for c in range(3)]
     # Pooled with the other GPU's configuration of its TF32 setting, the rounds only the
     # H100 measured included (op_space.model.pool_gpus, on by default); the families it
     # lacks from both TF32-on twins.

@@ -106,9 +106,9 @@ def test_a_round_samples_with_the_newest_generator_unless_it_names_one():
     assert osw.op_space_sampling_params(study)["generator"] == 2
     assert osw.op_space_round_params(study, 2)["generator"] == 2
     assert osw.op_space_round_params(study, 3)["generator"] == 1
-    assert tuple(range(1, 11)) == opspace.GENERATORS
-    config = _config([{**ROUND_2, "generator": 11}])
-    with pytest.raises(ConfigError, match=r"op_space\.rounds\.0\.generator: 11 is not allowed"):
+    assert tuple(range(1, 12)) == opspace.GENERATORS
+    config = _config([{**ROUND_2, "generator": 12}])
+    with pytest.raises(ConfigError, match=r"op_space\.rounds\.0\.generator: 12 is not allowed"):
         load_study(config)
 
 
@@ -302,6 +302,12 @@ def test_the_op_space_config_records_each_rounds_allocation(repo):
         {"samples": {"conv": 1500}, "power_samples": 2, "generator": 10, "gpus": ["h200"]},
         {
             "samples": {"conv": 1250}, "power_samples": 2, "generator": 10,
+            "gpus": ["h200-notf32"],
+        },
+        # Rounds 26 and 27: grouped convolutions of narrow groups (generator 11).
+        {"samples": {"conv": 750}, "power_samples": 2, "generator": 11, "gpus": ["h200"]},
+        {
+            "samples": {"conv": 750}, "power_samples": 2, "generator": 11,
             "gpus": ["h200-notf32"],
         },
     ]  # fmt: skip

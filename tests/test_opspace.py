@@ -444,8 +444,8 @@ def _no_kernel_in_inference(row):
 def test_the_committed_measurements_are_sane(gpu):
     # Round 1, the adaptive rounds 2 and 3, the power round 4 and the convolutions of rounds
     # 5 and 6 (data/op-space/README.md), each fully measured; on the H100 rounds 9, 12, 14;
-    # on both the power rounds 16 and 17; on the H200 rounds 18, 19, 22 and 24.
-    own = (9, 12, 14) if gpu == "h100" else (18, 19, 22, 24)
+    # on both the power rounds 16 and 17; on the H200 rounds 18, 19, 22, 24 and 26.
+    own = (9, 12, 14) if gpu == "h100" else (18, 19, 22, 24, 26)
     measured = (2, 3, 4, 5, 6, *own, 16, 17)
     rounds = ["samples.parquet", *(f"samples-r{r}.parquet" for r in measured)]
     samples = pd.concat([pd.read_parquet(DATA / r) for r in rounds], ignore_index=True)
@@ -592,8 +592,8 @@ def test_generator_2_samples_small_maps_and_grouped_convolutions_as_networks_bui
     assert opspace.sample(counts, seed=0, generator=1)["op_id"].tolist() == (
         opspace.sample(counts, seed=0, generator=2)["op_id"].tolist()
     )
-    with pytest.raises(opspace.OpSpaceError, match="generator 11"):
-        opspace.sample({"conv": 1}, generator=11)
+    with pytest.raises(opspace.OpSpaceError, match="generator 12"):
+        opspace.sample({"conv": 1}, generator=12)
 
 
 def test_generator_6_samples_dense_convolutions_of_aligned_widths():
@@ -690,6 +690,22 @@ def test_generator_9_samples_convolutions_on_the_maps_of_a_networks_stages():
     _assert_round_trips(generator=9, n=3)
 
 
+def _assert_grouped_on_stages(convs) -> None:
+    """Generators 10 and 11: grouped convolutions keeping their width per group (out as
+    many as in, or twice), no wider than the widest, on a stage's map, batch a power of
+    two, undilated, the kernel no wider than the map."""
+    sizes, _ = opspace_conv.INPUT_SIZES
+    stages = {size >> h for size in sizes for h in opspace_conv.HALVINGS[0]}
+    for a, shape in convs:
+        assert a["in_channels"] % a["groups"] == 0
+        assert a["out_channels"] in (a["in_channels"], 2 * a["in_channels"])
+        assert a["out_channels"] <= opspace_conv.MAX_GROUPED_WIDTH
+        assert a["dilation"] == [1, 1]
+        assert shape[2] in stages
+        assert a["kernel_size"][0] <= shape[2] or a["kernel_size"][0] == 1
+        assert shape[0] & (shape[0] - 1) == 0
+
+
 def test_generator_10_samples_grouped_convolutions_by_their_number_of_groups():
     convs = _conv_attrs(opspace.sample({"conv": 600}, seed=0, generator=10))
     assert len(convs) >= 590  # a few drawn twice
@@ -705,22 +721,38 @@ def test_generator_10_samples_grouped_convolutions_by_their_number_of_groups():
     assert np.mean([16 <= a["groups"] < a["in_channels"] for a, _ in eight]) < 0.5 * np.mean(
         groups >= 16
     )
-    sizes, _ = opspace_conv.INPUT_SIZES
-    stages = {size >> h for size in sizes for h in opspace_conv.HALVINGS[0]}
-    per_group = set()
-    for a, shape in convs:
-        per_group.add(a["in_channels"] // a["groups"])
-        assert a["in_channels"] % a["groups"] == 0
-        assert a["out_channels"] in (a["in_channels"], 2 * a["in_channels"])
-        assert a["out_channels"] <= opspace_conv.MAX_GROUPED_WIDTH
-        assert a["dilation"] == [1, 1]
-        assert shape[2] in stages
-        assert a["kernel_size"][0] <= shape[2] or a["kernel_size"][0] == 1
-        assert shape[0] & (shape[0] - 1) == 0
-    assert per_group == set(opspace_conv.GROUP_WIDTHS)
+    _assert_grouped_on_stages(convs)
+    assert {a["in_channels"] // a["groups"] for a, _ in convs} == set(opspace_conv.GROUP_WIDTHS)
     kernels = [a["kernel_size"][0] for a, _ in convs]
     assert 0.6 < np.mean(np.array(kernels) == 3) < 0.85
     _assert_round_trips(generator=10, n=1)
+
+
+def test_generator_11_samples_grouped_convolutions_of_narrow_groups():
+    convs = _conv_attrs(opspace.sample({"conv": 600}, seed=0, generator=11))
+    assert len(convs) >= 590  # a few drawn twice
+    lo, hi = opspace_conv.NARROW_GROUP_COUNTS
+    groups = np.array([a["groups"] for a, _ in convs])
+    per_group = np.array([a["in_channels"] // a["groups"] for a, _ in convs])
+    assert all(1 < a["groups"] < a["in_channels"] for a, _ in convs)  # none dense or depthwise
+    assert set(per_group) == set(opspace_conv.NARROW_GROUP_WIDTHS)
+    for w in opspace_conv.NARROW_GROUP_WIDTHS:  # each width about a third
+        assert 0.25 < np.mean(per_group == w) < 0.42
+    assert groups.min() >= lo
+    assert groups.max() <= hi
+    # Log-uniform in the number of groups (capped by the widest convolution): about half
+    # below the geometric middle (64); generator 10 draws none above 256.
+    assert 0.4 < np.mean(groups < np.sqrt(lo * hi)) < 0.65
+    assert np.mean(groups > 256) > 0.05
+    # Narrow groups: generator 10 draws 8 channels a group or fewer a quarter of the time.
+    ten = _conv_attrs(opspace.sample({"conv": 600}, seed=0, generator=10))
+    assert np.mean([a["in_channels"] // a["groups"] <= 8 for a, _ in ten]) < 0.35
+    assert np.mean(per_group <= 8) > 0.6
+    _assert_grouped_on_stages(convs)
+    kernels = np.array([a["kernel_size"][0] for a, _ in convs])
+    assert 0.5 < np.mean(kernels == 3) < 0.75
+    assert 0.12 < np.mean(kernels == 1) < 0.3
+    _assert_round_trips(generator=11, n=1)
 
 
 def test_generator_3_samples_grouped_convolutions_more_often_as_networks_build_them():
@@ -788,7 +820,7 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     generator version a round names keeps it as measured."""
     study = load_study_file(REPO / "config/op-space.yaml")
     rounds = osw.op_space_round_counts(study)
-    assert len(rounds) == 25
+    assert len(rounds) == 27
     for r in range(2, len(rounds) + 1):
         params = osw.op_space_round_params(study, r)
         committed = pd.read_parquet(DATA / f"samples-r{r}.parquet")
@@ -805,8 +837,8 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     assert osw.op_space_round_params(study, 8)["generator"] == 5
     generators = [osw.op_space_round_params(study, r)["generator"] for r in range(9, 16)]
     assert generators == [6, 6, 5, 7, 7, 8, 8]
-    generators = [osw.op_space_round_params(study, r)["generator"] for r in range(18, 26)]
-    assert generators == [6, 8, 6, 8, 9, 9, 10, 10]
+    generators = [osw.op_space_round_params(study, r)["generator"] for r in range(18, 28)]
+    assert generators == [6, 8, 6, 8, 9, 9, 10, 10, 11, 11]
     assert osw.op_space_sampling_params(study)["generator"] == 1
 
 

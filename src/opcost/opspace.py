@@ -55,7 +55,7 @@ COLUMNS = ("op_id", "family", "type", "kind", "spec", "sample", "round", "genera
 #: Versions of the map from the unit cube to configurations (``op_space.generator``): a
 #: round keeps the version it was measured with, so that its samples stay those measured.
 #: 2 to 10 changed convolutions only (:func:`opcost.opspace_conv.params`).
-GENERATORS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+GENERATORS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)
 
 
 class OpSpaceError(OpcostError, ValueError):

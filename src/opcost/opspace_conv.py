@@ -55,7 +55,10 @@ def params(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
     (:func:`_grouped`): grouped and depthwise convolutions only. Generator 9
     (:func:`_staged`): generator 6's dense convolutions (six in ten) and generator 8's
     grouped and depthwise ones, on the maps of a network's stages. Generator 10
-    (:func:`_grouped_by_count`): grouped convolutions drawn by their number of groups."""
+    (:func:`_grouped_by_count`): grouped convolutions drawn by their number of groups.
+    Generator 11 (:func:`_narrow_groups`): grouped convolutions of 4-16 channels a group."""
+    if generator == 11:
+        return _narrow_groups(u)
     if generator == 10:
         return _grouped_by_count(u)
     if generator == 9:
@@ -311,14 +314,55 @@ def _grouped_by_count(u: Sequence[float]) -> dict[str, Any]:
     the held-out grouped convolutions of the models of rounds 1-23 missed most: a median
     26-73 % per bin of groups against 18-20 % for 2-4 groups (H100, and H200 with TF32
     off; docs/op-space.md, rounds 24-25)."""
-    per_group = pick(u[10], GROUP_WIDTHS)
-    groups = min(log_int(u[6], *GROUP_COUNTS), MAX_GROUPED_WIDTH // per_group)
+    return _grouped_on_stage(
+        u, GROUP_WIDTHS, GROUP_COUNTS, twice=[0.9, 0.1], kernels=[0.1, 0.7, 0.1, 0.1]
+    )
+
+
+#: Generator 11's channels per group: the narrow groups of ResNeXt's first stages and
+#: RegNet's smallest widths.
+NARROW_GROUP_WIDTHS = (4, 8, 16)
+#: Generator 11's numbers of groups, log-uniform.
+NARROW_GROUP_COUNTS = (8, 512)
+
+
+def _narrow_groups(u: Sequence[float]) -> dict[str, Any]:
+    """A grouped convolution of :data:`NARROW_GROUP_WIDTHS` channels a group and 8-512
+    groups (:data:`NARROW_GROUP_COUNTS`, log-uniform; at most
+    :data:`MAX_GROUPED_WIDTH` channels), as many output channels (four in five) or twice
+    as many, kernel 3 (six in ten), 1 (two in ten), 5 or 7, stride 1 or 2, on the map of
+    a network's stage (:func:`stage_map`), batch a power of two (1-256). Held out of the
+    models of rounds 1-25, grouped convolutions of 8 channels a group or fewer missed
+    most (a median 31-36 % on each GPU configuration, against 11-18 % for 64-128), and
+    those of more than 64 groups 34-46 %; 1x1 ones 28-31 % against 16-24 % for 3x3
+    (docs/op-space.md, rounds 26-27). cuDNN runs such a convolution as one kernel or as
+    one per group depending on the batch, the map and the number of groups."""
+    return _grouped_on_stage(
+        u, NARROW_GROUP_WIDTHS, NARROW_GROUP_COUNTS, twice=[0.8, 0.2], kernels=[0.2, 0.6, 0.1, 0.1]
+    )
+
+
+def _grouped_on_stage(
+    u: Sequence[float],
+    widths: Sequence[int],
+    counts: tuple[int, int],
+    *,
+    twice: list[float],
+    kernels: list[float],
+) -> dict[str, Any]:
+    """A grouped convolution of ``widths`` channels a group and ``counts`` groups
+    (log-uniform; fewer where the width would exceed :data:`MAX_GROUPED_WIDTH`), as many
+    output channels as input or twice as many (weights ``twice``), kernel 1, 3, 5 or 7
+    (weights ``kernels``), stride 1 or 2, on the map of a network's stage
+    (:func:`stage_map`), batch a power of two (1-256): generators 10 and 11."""
+    per_group = pick(u[10], widths)
+    groups = min(log_int(u[6], *counts), MAX_GROUPED_WIDTH // per_group)
     cin = groups * per_group
     p = {
         "batch": power_of_two(u[0], 1, 256),
         "cin": cin,
-        "cout": cin * (pick(u[2], [1, 2], [0.9, 0.1]) if 2 * cin <= MAX_GROUPED_WIDTH else 1),
-        "kernel": pick(u[3], [1, 3, 5, 7], [0.1, 0.7, 0.1, 0.1]),
+        "cout": cin * (pick(u[2], [1, 2], twice) if 2 * cin <= MAX_GROUPED_WIDTH else 1),
+        "kernel": pick(u[3], [1, 3, 5, 7], kernels),
         "stride": pick(u[4], [1, 2], [0.75, 0.25]),
         "dilation": 1,
         "groups": groups,
