@@ -139,7 +139,7 @@ def test_measured_op_models_train_on_the_studys_chunks_and_the_tf32_twins(repo):
     # round 19's 400 (two) with TF32 on, round 20's 400 (two) and 21's 300 (two) off,
     # round 22's 600 (three) on and round 23's 400 (two) off, round 24's 1,500 (six) on
     # and round 25's 1,250 (five) off, round 26's 750 (three) on and round 27's 750
-    # (three) off.
+    # (three) off, round 28's 250 (one) on.
     names = [
         *map(str, range(10)), *(f"r{r}-{c}" for r in (2, 3) for c in range(5)),
         "r4-0", "r5-0", "r5-1", "r6-0", "r6-1", "r6-2",
@@ -162,6 +162,7 @@ def test_measured_op_models_train_on_the_studys_chunks_and_the_tf32_twins(repo):
     ]
     h200_on += [raw.format("h200", f"r24-{c}") for c in range(6)]
     h200_on += [raw.format("h200", f"r26-{c}") for c in range(3)]
+    h200_on += [raw.format("h200", "r28-0")]
     h200_off = [c.format("h200-notf32") for c in (*off, *power_rounds)]
     h200_off += [raw.format("h200-notf32", f"r{r}-{c}") for r in (20, 21, 23) for c in (0, 1)]
     h200_off += [raw.format("h200-notf32", f"r25-{c}") for c in range(5)]

@@ -106,9 +106,9 @@ def test_a_round_samples_with_the_newest_generator_unless_it_names_one():
     assert osw.op_space_sampling_params(study)["generator"] == 2
     assert osw.op_space_round_params(study, 2)["generator"] == 2
     assert osw.op_space_round_params(study, 3)["generator"] == 1
-    assert tuple(range(1, 12)) == opspace.GENERATORS
-    config = _config([{**ROUND_2, "generator": 12}])
-    with pytest.raises(ConfigError, match=r"op_space\.rounds\.0\.generator: 12 is not allowed"):
+    assert tuple(range(1, 13)) == opspace.GENERATORS
+    config = _config([{**ROUND_2, "generator": 13}])
+    with pytest.raises(ConfigError, match=r"op_space\.rounds\.0\.generator: 13 is not allowed"):
         load_study(config)
 
 
@@ -310,6 +310,8 @@ def test_the_op_space_config_records_each_rounds_allocation(repo):
             "samples": {"conv": 750}, "power_samples": 2, "generator": 11,
             "gpus": ["h200-notf32"],
         },
+        # Round 28: a network stage's same-width 3x3 convolutions (generator 12).
+        {"samples": {"conv": 250}, "power_samples": 2, "generator": 12, "gpus": ["h200"]},
     ]  # fmt: skip
     study = load_study_file(repo / "config/op-space.yaml")
     samples = study.config["op_space"]["samples"]

@@ -444,8 +444,8 @@ def _no_kernel_in_inference(row):
 def test_the_committed_measurements_are_sane(gpu):
     # Round 1, the adaptive rounds 2 and 3, the power round 4 and the convolutions of rounds
     # 5 and 6 (data/op-space/README.md), each fully measured; on the H100 rounds 9, 12, 14;
-    # on both the power rounds 16 and 17; on the H200 rounds 18, 19, 22, 24 and 26.
-    own = (9, 12, 14) if gpu == "h100" else (18, 19, 22, 24, 26)
+    # on both the power rounds 16 and 17; on the H200 rounds 18, 19, 22, 24, 26 and 28.
+    own = (9, 12, 14) if gpu == "h100" else (18, 19, 22, 24, 26, 28)
     measured = (2, 3, 4, 5, 6, *own, 16, 17)
     rounds = ["samples.parquet", *(f"samples-r{r}.parquet" for r in measured)]
     samples = pd.concat([pd.read_parquet(DATA / r) for r in rounds], ignore_index=True)
@@ -592,8 +592,8 @@ def test_generator_2_samples_small_maps_and_grouped_convolutions_as_networks_bui
     assert opspace.sample(counts, seed=0, generator=1)["op_id"].tolist() == (
         opspace.sample(counts, seed=0, generator=2)["op_id"].tolist()
     )
-    with pytest.raises(opspace.OpSpaceError, match="generator 12"):
-        opspace.sample({"conv": 1}, generator=12)
+    with pytest.raises(opspace.OpSpaceError, match="generator 13"):
+        opspace.sample({"conv": 1}, generator=13)
 
 
 def test_generator_6_samples_dense_convolutions_of_aligned_widths():
@@ -755,6 +755,38 @@ def test_generator_11_samples_grouped_convolutions_of_narrow_groups():
     _assert_round_trips(generator=11, n=1)
 
 
+def test_generator_12_samples_a_network_stages_same_width_3x3_convolutions():
+    convs = _conv_attrs(opspace.sample({"conv": 400}, seed=0, generator=12))
+    assert len(convs) >= 300  # a small space: some drawn twice
+    sizes, _ = opspace_conv.INPUT_SIZES
+    stages = {size >> h for size in sizes for h in opspace_conv.HALVINGS[0]}
+    down = 0
+    for a, shape in convs:
+        cin, cout = a["in_channels"], a["out_channels"]
+        assert a["groups"] == 1
+        assert a["kernel_size"] == [3, 3] or shape[2] < 3
+        assert a["dilation"] == [1, 1]
+        assert 32 <= cin <= 2048
+        assert cin & (cin - 1) == 0
+        assert shape[0] & (shape[0] - 1) == 0
+        assert shape[2] in stages
+        if a["stride"] == [2, 2]:
+            assert cout == 2 * cin  # a stage's first block doubles the width
+            down += 1
+        else:
+            assert cout == cin
+        # Within the default bounds: the batch halved where one step would exceed them.
+        flops = 2 * shape[0] * cout * cin * 9 * (shape[2] // a["stride"][0]) ** 2
+        assert flops <= 1.01 * opspace.MAX_FORWARD_FLOPS or shape[0] == 1
+    assert 0.1 < down / len(convs) < 0.3
+    # The other versions seldom draw it: 48 of rounds 1-27's 12,570 convolutions.
+    nine = _conv_attrs(opspace.sample({"conv": 400}, seed=0, generator=9))
+    same = [a for a, _ in nine if a["groups"] == 1 and a["kernel_size"] == [3, 3]]
+    same = [a for a in same if a["stride"] == [1, 1] and a["in_channels"] == a["out_channels"]]
+    assert len(same) < 0.1 * len(nine)
+    _assert_round_trips(generator=12, n=1)
+
+
 def test_generator_3_samples_grouped_convolutions_more_often_as_networks_build_them():
     two = _conv_attrs(opspace.sample({"conv": 400}, seed=0, generator=2))
     three = _conv_attrs(opspace.sample({"conv": 400}, seed=0, generator=3))
@@ -820,7 +852,7 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     generator version a round names keeps it as measured."""
     study = load_study_file(REPO / "config/op-space.yaml")
     rounds = osw.op_space_round_counts(study)
-    assert len(rounds) == 27
+    assert len(rounds) == 28
     for r in range(2, len(rounds) + 1):
         params = osw.op_space_round_params(study, r)
         committed = pd.read_parquet(DATA / f"samples-r{r}.parquet")
@@ -837,8 +869,8 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     assert osw.op_space_round_params(study, 8)["generator"] == 5
     generators = [osw.op_space_round_params(study, r)["generator"] for r in range(9, 16)]
     assert generators == [6, 6, 5, 7, 7, 8, 8]
-    generators = [osw.op_space_round_params(study, r)["generator"] for r in range(18, 28)]
-    assert generators == [6, 8, 6, 8, 9, 9, 10, 10, 11, 11]
+    generators = [osw.op_space_round_params(study, r)["generator"] for r in range(18, 29)]
+    assert generators == [6, 8, 6, 8, 9, 9, 10, 10, 11, 11, 12]
     assert osw.op_space_sampling_params(study)["generator"] == 1
 
 

@@ -54,8 +54,8 @@ HEAVY_BOUNDS = (1.0e12, 2**30)
 COLUMNS = ("op_id", "family", "type", "kind", "spec", "sample", "round", "generator")
 #: Versions of the map from the unit cube to configurations (``op_space.generator``): a
 #: round keeps the version it was measured with, so that its samples stay those measured.
-#: 2 to 10 changed convolutions only (:func:`opcost.opspace_conv.params`).
-GENERATORS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)
+#: 2 to 12 changed convolutions only (:func:`opcost.opspace_conv.params`).
+GENERATORS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)
 
 
 class OpSpaceError(OpcostError, ValueError):
