@@ -671,9 +671,14 @@ def test_generator_8_samples_grouped_and_depthwise_convolutions_only():
     _assert_round_trips(generator=8, n=1)
 
 
-def test_generator_9_samples_convolutions_on_the_maps_of_a_networks_stages():
+def _stage_maps() -> set[int]:
+    """Every map of a network's stage that generators 9-12 draw (opspace_conv.stage_map)."""
     sizes, _ = opspace_conv.INPUT_SIZES
-    stages = {size >> h for size in sizes for h in opspace_conv.HALVINGS[0]}
+    return {size >> h for size in sizes for h in opspace_conv.HALVINGS[0]}
+
+
+def test_generator_9_samples_convolutions_on_the_maps_of_a_networks_stages():
+    stages = _stage_maps()
     assert {224, 112, 56, 28, 14, 7} <= stages
     convs = _conv_attrs(opspace.sample({"conv": 600}, seed=0, generator=9))
     assert len(convs) == 600
@@ -694,8 +699,7 @@ def _assert_grouped_on_stages(convs) -> None:
     """Generators 10 and 11: grouped convolutions keeping their width per group (out as
     many as in, or twice), no wider than the widest, on a stage's map, batch a power of
     two, undilated, the kernel no wider than the map."""
-    sizes, _ = opspace_conv.INPUT_SIZES
-    stages = {size >> h for size in sizes for h in opspace_conv.HALVINGS[0]}
+    stages = _stage_maps()
     for a, shape in convs:
         assert a["in_channels"] % a["groups"] == 0
         assert a["out_channels"] in (a["in_channels"], 2 * a["in_channels"])
@@ -758,8 +762,7 @@ def test_generator_11_samples_grouped_convolutions_of_narrow_groups():
 def test_generator_12_samples_a_network_stages_same_width_3x3_convolutions():
     convs = _conv_attrs(opspace.sample({"conv": 400}, seed=0, generator=12))
     assert len(convs) >= 300  # a small space: some drawn twice
-    sizes, _ = opspace_conv.INPUT_SIZES
-    stages = {size >> h for size in sizes for h in opspace_conv.HALVINGS[0]}
+    stages = _stage_maps()
     down = 0
     for a, shape in convs:
         cin, cout = a["in_channels"], a["out_channels"]
