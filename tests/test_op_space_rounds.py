@@ -310,8 +310,12 @@ def test_the_op_space_config_records_each_rounds_allocation(repo):
             "samples": {"conv": 750}, "power_samples": 2, "generator": 11,
             "gpus": ["h200-notf32"],
         },
-        # Round 28: a network stage's same-width 3x3 convolutions (generator 12).
+        # Rounds 28 and 29: a network stage's same-width 3x3 convolutions (generator 12).
         {"samples": {"conv": 250}, "power_samples": 2, "generator": 12, "gpus": ["h200"]},
+        {
+            "samples": {"conv": 200}, "power_samples": 2, "generator": 12,
+            "gpus": ["h200-notf32"],
+        },
     ]  # fmt: skip
     study = load_study_file(repo / "config/op-space.yaml")
     samples = study.config["op_space"]["samples"]
