@@ -1,15 +1,16 @@
-"""How saved op models predict a network stage's same-width 3x3 convolutions (round 28).
+"""How saved op models predict a network stage's same-width 3x3 convolutions (rounds 28-29).
 
-    python bench/same_width_convs.py DIR [DIR ...] [--round 28]
+    python bench/same_width_convs.py DIR [DIR ...] [--gpus h100 h200 ...] [--round R]
 
 ``DIR``: op models saved by ``python bench/opspace_model.py ... --save-models DIR`` (e.g.
-one fitted on rounds 1-27 and one on rounds 1-28). For each and each of the H100 and the
-H200, prints the median signed and absolute error of the predicted GPU time, and the
-predicted over measured sum, of the Hopper networks' isolated same-width 3x3
-convolutions (``data/hopper`` and ``data/hopper-large``: resnet18's and vgg11's, stride 1
-with as many channels out as in, or stride 2 with twice as many) and of their other
-convolutions; and of op-space round ``--round``'s configurations as the H200 measured
-them. Seconds on two cores.
+one fitted on rounds 1-28 and one on rounds 1-29). For each and each GPU configuration
+of ``--gpus`` (default: all four), prints the median signed and absolute error of the
+predicted GPU time, and the predicted over measured sum, of the Hopper networks' isolated
+same-width 3x3 convolutions (``data/hopper`` and ``data/hopper-large``: resnet18's and
+vgg11's, stride 1 with as many channels out as in, or stride 2 with twice as many) and of
+their other convolutions; and of the configurations of op-space round ``--round`` as the
+H200 measured them (default: round 28 with TF32 on, round 29 with TF32 off, generator
+12's two rounds). Seconds on two cores.
 """
 
 import argparse
@@ -56,14 +57,13 @@ def report(label: str, predicted: np.ndarray, measured: np.ndarray) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="+", type=Path)
-    parser.add_argument("--round", type=int, default=28)
+    parser.add_argument("--gpus", nargs="+", default=["h100", "h200", "h100-notf32", "h200-notf32"])
+    parser.add_argument("--round", type=int, help="default: 28 with TF32 on, 29 off")
     args = parser.parse_args()
-    sampled = pd.read_parquet(om.REPO / f"data/op-space/h200/r{args.round}-0.parquet")
-    sampled = sampled[(sampled["status"] == "ok") & (sampled["gpu_time_s"] > 0)]
     for path in args.models:
         models = load_op_models(path)
         print(path)
-        for gpu in ("h100", "h200"):
+        for gpu in args.gpus:
             convs = hopper_convolutions(gpu)
             pred = models[gpu].predict(convs[["spec", "mode", "op_type"]], isolated=True)
             pred = pred["gpu_time_s"].to_numpy()
@@ -71,8 +71,15 @@ def main() -> None:
             same = convs["spec"].map(same_width_3x3).to_numpy()
             report(f"{gpu}: Hopper same-width 3x3", pred[same], measured[same])
             report(f"{gpu}: Hopper other convolutions", pred[~same], measured[~same])
-        pred = models["h200"].predict(sampled[["spec", "mode", "op_type"]])["gpu_time_s"]
-        report(f"h200: round {args.round}'s own", pred.to_numpy(), sampled["gpu_time_s"].to_numpy())
+        for h200 in [g for g in args.gpus if g.startswith("h200")]:
+            off = h200.endswith("-notf32")
+            round_ = args.round or (29 if off else 28)
+            sampled = pd.read_parquet(om.REPO / f"data/op-space/{h200}/r{round_}-0.parquet")
+            sampled = sampled[(sampled["status"] == "ok") & (sampled["gpu_time_s"] > 0)]
+            pred = models[h200].predict(sampled[["spec", "mode", "op_type"]])["gpu_time_s"]
+            report(
+                f"{h200}: round {round_}'s own", pred.to_numpy(), sampled["gpu_time_s"].to_numpy()
+            )
 
 
 if __name__ == "__main__":
