@@ -12,6 +12,8 @@ from its TF32-on twin):
 1. **held-out configurations**: 20 % of the sampled op ids (seed 0) are left out; per
    family and regressor, the median |error| and MAPE of GPU kernel time, and the
    thesis's baseline (the same regressor on the log of the GPU time, no roofline);
+   the same for those that round 1 sampled first (space-filling: the op space as
+   sampled, where the adaptive rounds crowd the configurations the models missed);
    and the busy power of every power window, predicted by the models fitted without
    its op id (5 folds of the op ids with a window; ``--no-power`` skips it);
 2. **network ops**: the isolated, traced ops of data/hopper and data/hopper-large
@@ -146,6 +148,20 @@ def samples_path(round_: int) -> Path:
     return REPO / "data/op-space" / name
 
 
+def sampled_rounds() -> dict[str, int]:
+    """The round that first sampled each op id of the committed op-space study."""
+    paths = sorted(
+        (REPO / "data/op-space").glob("samples*.parquet"),
+        key=lambda p: int(p.stem.removeprefix("samples-r") or 1) if "-r" in p.stem else 1,
+    )
+    first: dict[str, int] = {}
+    for path in paths:
+        t = pd.read_parquet(path, columns=["op_id", "round"])
+        for op_id, r in zip(t["op_id"], t["round"], strict=True):
+            first.setdefault(op_id, int(r))
+    return first
+
+
 def sources(
     gpu: str, pool: bool, budget: Budget = None
 ) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
@@ -202,6 +218,7 @@ def held_out(
     test = op_tables.training_rows(whole[whole["op_id"].isin(hold)])
     test = test[test["gpu_time_s"] > 0]
     rest = lambda t: None if t is None else t[~t["op_id"].isin(hold)]  # noqa: E731
+    rounds = sampled_rounds()
     out = []
     for reg in regressors:
         model = fit(rest(table), gpu, maker(reg), rest(twin), rest(peers))
@@ -215,6 +232,7 @@ def held_out(
                         "gpu": gpu,
                         "model": name,
                         "family": test["family"],
+                        "round": test["op_id"].map(rounds).to_numpy(),
                         "mode": test["mode"],
                         "spec": test["spec"],
                         "measured_s": measured,
@@ -470,6 +488,16 @@ def main() -> None:
         for name, g in h.groupby("model"):
             print(f"{name:45s} median |err| {100 * g['err'].abs().median():5.1f} %  "
                   f"MAPE {100 * g['err'].abs().mean():5.1f} %")  # fmt: skip
+        first = h[(h["model"] == regs[0]) & (h["round"] == 1)]
+        e = first["err"].abs()
+        label = f"  of them round 1 (space-filling), n={len(first)}"
+        print(f"{label:45s} median |err| {100 * e.median():5.1f} %  MAPE {100 * e.mean():5.1f} %")
+        print(
+            first.groupby("family")["err"]
+            .agg(n="size", median_abs=lambda e: e.abs().median(), mape=lambda e: e.abs().mean())
+            .round(3)
+            .to_string()
+        )
         if not args.no_power:
             w = held_out_power(
                 gpu, regs[0], args.power_folds, not args.no_pool, budget, args.power_share
