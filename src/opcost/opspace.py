@@ -41,7 +41,7 @@ from opcost import opspace_conv
 from opcost import spec as specs
 from opcost.errors import OpcostError
 from opcost.opspace_draw import Call
-from opcost.opspace_ops import FAMILY_MAKERS
+from opcost.opspace_ops import FAMILY_MAKERS, VERSIONED_FAMILIES
 
 #: Upper bounds of one configuration (float32): forward FLOPs and its largest tensor.
 MAX_FORWARD_FLOPS = 2.0e11
@@ -54,8 +54,9 @@ HEAVY_BOUNDS = (1.0e12, 2**30)
 COLUMNS = ("op_id", "family", "type", "kind", "spec", "sample", "round", "generator")
 #: Versions of the map from the unit cube to configurations (``op_space.generator``): a
 #: round keeps the version it was measured with, so that its samples stay those measured.
-#: 2 to 12 changed convolutions only (:func:`opcost.opspace_conv.params`).
-GENERATORS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)
+#: 2 to 12 changed convolutions only (:func:`opcost.opspace_conv.params`), 13 norms only
+#: (:func:`opcost.opspace_ops._norm`); a family a version leaves maps as the version before.
+GENERATORS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)
 
 
 class OpSpaceError(OpcostError, ValueError):
@@ -82,7 +83,10 @@ class Family:
 
 FAMILIES: dict[str, Family] = {
     "conv": Family("conv", 11, opspace_conv.params, opspace_conv.call, versioned=True),
-    **{name: Family(name, *maker) for name, maker in FAMILY_MAKERS.items()},
+    **{
+        name: Family(name, *maker, versioned=name in VERSIONED_FAMILIES)
+        for name, maker in FAMILY_MAKERS.items()
+    },
 }
 
 

@@ -57,8 +57,9 @@ def params(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
     grouped and depthwise ones, on the maps of a network's stages. Generator 10
     (:func:`_grouped_by_count`): grouped convolutions drawn by their number of groups.
     Generator 11 (:func:`_narrow_groups`): grouped convolutions of 4-16 channels a group.
-    Generator 12 (:func:`_same_width_3x3`): a network stage's same-width 3x3 convolution."""
-    if generator == 12:
+    Generator 12 (:func:`_same_width_3x3`): a network stage's same-width 3x3 convolution;
+    later versions changed other families and keep it."""
+    if generator >= 12:
         return _same_width_3x3(u)
     if generator == 11:
         return _narrow_groups(u)

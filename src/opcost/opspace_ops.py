@@ -9,7 +9,8 @@ from typing import Any
 
 import torch
 
-from opcost.opspace_draw import Call, log_int, pick, round_to, width
+from opcost.opspace_conv import stage_map
+from opcost.opspace_draw import Call, beyond, log_int, pick, power_of_two, round_to, width
 from opcost.opspace_draw import function_call as _f
 from opcost.opspace_draw import meta_tensor as _t
 from opcost.opspace_draw import module_call as _m
@@ -94,7 +95,12 @@ def _tensor(p: dict[str, Any]) -> torch.Tensor:
     return _t(*_nchw(p), channels_last=p["channels_last"])
 
 
-def _norm(u: Sequence[float]) -> dict[str, Any]:
+def _norm(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
+    """A norm: BatchNorm2d, LayerNorm (tokens), LayerNorm2d (ConvNeXt's) or GroupNorm of 32
+    groups, a quarter each, on any tensor of :func:`_tensor_shape`; from generator 13 on,
+    :func:`_staged_norm`."""
+    if generator >= 13:
+        return _staged_norm(u)
     p = _tensor_shape(u)
     p["type"] = pick(u[5], ["batchnorm", "layernorm", "layernorm2d", "groupnorm"])
     p["layout"] = "tokens" if p["type"] == "layernorm" else "nchw"
@@ -102,6 +108,28 @@ def _norm(u: Sequence[float]) -> dict[str, Any]:
     if p["type"] == "groupnorm":
         p["channels"] = round_to(p["channels"], 32)
     return p
+
+
+def _staged_norm(u: Sequence[float]) -> dict[str, Any]:
+    """The norm of a network's stage: BatchNorm2d six times in ten, on the map of a
+    network's stage (:func:`opcost.opspace_conv.stage_map`); else LayerNorm on the
+    tokens of a stage (its map over 4 squared, a class token half the time: ViT's 197 and
+    50, Swin's 3,136 and 784) or ConvNeXt's LayerNorm2d on a stage's map; widths of
+    8-2048 as networks align them, a power-of-two batch (1-256). A BatchNorm2d in
+    training with few channels on a large map runs far below the memory bandwidth of
+    those with many (cuDNN reduces each channel's statistics apart): networks' early
+    layers, rare among generator 1's norms (docs/op-space.md, round 30)."""
+    kind = pick(u[5], ["batchnorm", "layernorm", "layernorm2d"], [0.6, 0.25, 0.15])
+    side = stage_map(u[3])
+    return {
+        "batch": power_of_two(u[0], 1, 256),
+        "layout": "tokens" if kind == "layernorm" else "nchw",
+        "channels": width(u[2], 8, 2048),
+        "spatial": max(side, 2),
+        "tokens": max((side // 4) ** 2, 1) + (beyond(u[1]) < 0.5),
+        "channels_last": u[4] < 0.25,
+        "type": kind,
+    }
 
 
 def _norm_call(p: dict[str, Any]) -> Call:
@@ -252,6 +280,9 @@ def _view_call(p: dict[str, Any]) -> Call:
         return _f(torch.Tensor.permute, x, 0, 2, 3, 1)
     return _f(torch.transpose, x, 1, 2)
 
+
+#: The families here whose map from the unit cube depends on the generator version.
+VERSIONED_FAMILIES = frozenset({"norm"})
 
 #: Each family's dimensions in the unit cube, its map from a point to parameters and its
 #: call, in the order :data:`opcost.opspace.FAMILIES` lists them after convolutions.
