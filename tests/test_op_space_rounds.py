@@ -106,9 +106,9 @@ def test_a_round_samples_with_the_newest_generator_unless_it_names_one():
     assert osw.op_space_sampling_params(study)["generator"] == 2
     assert osw.op_space_round_params(study, 2)["generator"] == 2
     assert osw.op_space_round_params(study, 3)["generator"] == 1
-    assert tuple(range(1, 13)) == opspace.GENERATORS
-    config = _config([{**ROUND_2, "generator": 13}])
-    with pytest.raises(ConfigError, match=r"op_space\.rounds\.0\.generator: 13 is not allowed"):
+    assert tuple(range(1, 14)) == opspace.GENERATORS
+    config = _config([{**ROUND_2, "generator": 14}])
+    with pytest.raises(ConfigError, match=r"op_space\.rounds\.0\.generator: 14 is not allowed"):
         load_study(config)
 
 
@@ -316,6 +316,10 @@ def test_the_op_space_config_records_each_rounds_allocation(repo):
             "samples": {"conv": 200}, "power_samples": 2, "generator": 12,
             "gpus": ["h200-notf32"],
         },
+        # Round 30: the norms of a network's stage (generator 13).
+        {"samples": {"norm": 400}, "power_samples": 2, "generator": 13, "gpus": ["h200"]},
+        # Round 31: a power window for every norm of a network's stage (generator 13).
+        {"samples": {"norm": 80}, "power_samples": 80, "generator": 13, "gpus": ["h200"]},
     ]  # fmt: skip
     study = load_study_file(repo / "config/op-space.yaml")
     samples = study.config["op_space"]["samples"]

@@ -444,8 +444,8 @@ def _no_kernel_in_inference(row):
 def test_the_committed_measurements_are_sane(gpu):
     # Round 1, the adaptive rounds 2 and 3, the power round 4 and the convolutions of rounds
     # 5 and 6 (data/op-space/README.md), each fully measured; on the H100 rounds 9, 12, 14;
-    # on both the power rounds 16 and 17; on the H200 rounds 18, 19, 22, 24, 26 and 28.
-    own = (9, 12, 14) if gpu == "h100" else (18, 19, 22, 24, 26, 28)
+    # on both the power rounds 16 and 17; on the H200 rounds 18, 19, 22, 24, 26, 28, 30, 31.
+    own = (9, 12, 14) if gpu == "h100" else (18, 19, 22, 24, 26, 28, 30, 31)
     measured = (2, 3, 4, 5, 6, *own, 16, 17)
     rounds = ["samples.parquet", *(f"samples-r{r}.parquet" for r in measured)]
     samples = pd.concat([pd.read_parquet(DATA / r) for r in rounds], ignore_index=True)
@@ -592,8 +592,8 @@ def test_generator_2_samples_small_maps_and_grouped_convolutions_as_networks_bui
     assert opspace.sample(counts, seed=0, generator=1)["op_id"].tolist() == (
         opspace.sample(counts, seed=0, generator=2)["op_id"].tolist()
     )
-    with pytest.raises(opspace.OpSpaceError, match="generator 13"):
-        opspace.sample({"conv": 1}, generator=13)
+    with pytest.raises(opspace.OpSpaceError, match="generator 14"):
+        opspace.sample({"conv": 1}, generator=14)
 
 
 def test_generator_6_samples_dense_convolutions_of_aligned_widths():
@@ -790,6 +790,41 @@ def test_generator_12_samples_a_network_stages_same_width_3x3_convolutions():
     _assert_round_trips(generator=12, n=1)
 
 
+def test_generator_13_samples_the_norms_of_a_networks_stages():
+    table = opspace.sample({"norm": 600}, seed=0, generator=13)
+    norms = [json.loads(s) for s in table["spec"]]
+    kinds = [n["type"].rsplit(".", 1)[-1] for n in norms]
+    assert set(kinds) == {"BatchNorm2d", "LayerNorm", "LayerNorm2d"}
+    assert 0.5 < kinds.count("BatchNorm2d") / len(kinds) < 0.7
+    assert 0.15 < kinds.count("LayerNorm") / len(kinds) < 0.35
+    stages = _stage_maps()
+    tokens = {max((m // 4) ** 2, 1) + extra for m in stages for extra in (0, 1)}
+    shapes = [n["inputs"][0]["shape"] for n in norms]
+    for kind, n, shape in zip(kinds, norms, shapes, strict=True):
+        assert shape[0] & (shape[0] - 1) == 0  # a power-of-two batch
+        if kind == "LayerNorm":
+            assert shape[1] in tokens
+            assert n["attrs"]["normalized_shape"] == [shape[2]]
+        else:
+            assert shape[2] == shape[3]
+            assert shape[2] in stages | {2}
+            assert 8 <= shape[1] <= 2048
+    # ViT's 197 and 50 tokens, Swin's 3,136 and 784.
+    drawn = {s[1] for k, s in zip(kinds, shapes, strict=True) if k == "LayerNorm"}
+    assert {197, 50, 3136, 784} & drawn
+    # The few channels on a large map of networks' early layers: 32 or fewer on 96 or more.
+    batchnorms = [s for k, s in zip(kinds, shapes, strict=True) if k == "BatchNorm2d"]
+    assert sum(s[1] <= 32 and s[2] >= 96 for s in batchnorms) >= 5
+    # Convolutions map as version 12 does; the other families as version 1.
+    assert opspace.sample({"conv": 20}, seed=0, generator=13)["spec"].tolist() == (
+        opspace.sample({"conv": 20}, seed=0, generator=12)["spec"].tolist()
+    )
+    counts = {f: 4 for f in opspace.FAMILIES if f not in ("conv", "norm")}
+    assert opspace.sample(counts, seed=0, generator=13)["op_id"].tolist() == (
+        opspace.sample(counts, seed=0, generator=1)["op_id"].tolist()
+    )
+
+
 def test_generator_3_samples_grouped_convolutions_more_often_as_networks_build_them():
     two = _conv_attrs(opspace.sample({"conv": 400}, seed=0, generator=2))
     three = _conv_attrs(opspace.sample({"conv": 400}, seed=0, generator=3))
@@ -855,7 +890,7 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     generator version a round names keeps it as measured."""
     study = load_study_file(REPO / "config/op-space.yaml")
     rounds = osw.op_space_round_counts(study)
-    assert len(rounds) == 29
+    assert len(rounds) == 31
     for r in range(2, len(rounds) + 1):
         params = osw.op_space_round_params(study, r)
         committed = pd.read_parquet(DATA / f"samples-r{r}.parquet")
@@ -872,8 +907,8 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     assert osw.op_space_round_params(study, 8)["generator"] == 5
     generators = [osw.op_space_round_params(study, r)["generator"] for r in range(9, 16)]
     assert generators == [6, 6, 5, 7, 7, 8, 8]
-    generators = [osw.op_space_round_params(study, r)["generator"] for r in range(18, 30)]
-    assert generators == [6, 8, 6, 8, 9, 9, 10, 10, 11, 11, 12, 12]
+    generators = [osw.op_space_round_params(study, r)["generator"] for r in range(18, 32)]
+    assert generators == [6, 8, 6, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13]
     assert osw.op_space_sampling_params(study)["generator"] == 1
 
 
