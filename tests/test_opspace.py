@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+import yaml
 from conftest import as_ordinary_user
 
 from opcost import harness, opspace, opspace_conv, opspace_draw
@@ -910,6 +911,35 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     generators = [osw.op_space_round_params(study, r)["generator"] for r in range(18, 32)]
     assert generators == [6, 8, 6, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13]
     assert osw.op_space_sampling_params(study)["generator"] == 1
+
+
+def test_the_kept_one_gpu_power_round_is_the_study_s_next_round(tmp_path):
+    """tests/data/opspace_power_r32: a power round measured on the H200 alone, kept out of
+    the study until the H100 measures it. Appended to config/op-space.yaml as round 32, it
+    samples those configurations again, and its chunk measured every one in both modes,
+    with a window each."""
+    kept = REPO / "tests/data/opspace_power_r32"
+    config = yaml.safe_load((REPO / "config/op-space.yaml").read_text())
+    counts = {"pool": 30, "attention": 30, "activation": 30, "elementwise": 30}
+    round_ = {"samples": counts, "power_samples": 30, "generator": 13, "gpus": ["h200"]}
+    config["op_space"]["rounds"].append(round_)
+    path = tmp_path / "op-space.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    study = load_study_file(path)
+    params = osw.op_space_round_params(study, len(config["op_space"]["rounds"]) + 1)
+    again = opspace.sample(
+        params["samples"], seed=params["seed"], starts=params["starts"], round_=32,
+        generator=params["generator"],
+    )  # fmt: skip
+    samples = pd.read_parquet(kept / "samples-r32.parquet")
+    assert _shapes(again) == _shapes(samples)
+    chunk = pd.read_parquet(kept / "r32-0.parquet")
+    assert (chunk["status"] == "ok").all()
+    assert chunk.groupby("mode")["op_id"].apply(set).to_dict() == {
+        "inference": set(samples["op_id"]), "training": set(samples["op_id"])
+    }  # fmt: skip
+    assert chunk["power_w"].notna().all()
+    assert set(chunk["gpu_name"]) == {"NVIDIA H200"}
 
 
 def test_sampled_widths_are_mostly_aligned_as_networks_use_them() -> None:
