@@ -8,7 +8,8 @@ parameters, :func:`call` makes it a ``torch.nn.Conv2d`` call on the ``meta`` dev
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import torch
@@ -59,22 +60,8 @@ def params(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
     Generator 11 (:func:`_narrow_groups`): grouped convolutions of 4-16 channels a group.
     Generator 12 (:func:`_same_width_3x3`): a network stage's same-width 3x3 convolution;
     later versions changed other families and keep it."""
-    if generator >= 12:
-        return _same_width_3x3(u)
-    if generator == 11:
-        return _narrow_groups(u)
-    if generator == 10:
-        return _grouped_by_count(u)
-    if generator == 9:
-        return _staged(u)
-    if generator in (4, 5):
-        return _dense_3x3(u, powers_of_two=generator == 5)
-    if generator == 6:
-        return _dense_aligned(u)
-    if generator == 7:
-        return _dense_heavy(u)
-    if generator == 8:
-        return _grouped(u)
+    if generator >= min(_VERSIONS):
+        return _VERSIONS[min(generator, max(_VERSIONS))](u)
     # One in ten is a network's first layer, on RGB images.
     cin = 3 if u[1] < 0.1 else width((u[1] - 0.1) / 0.9, 8, 2048)
     cout = width(u[2], 8, 2048)
@@ -401,3 +388,18 @@ def _same_width_3x3(u: Sequence[float]) -> dict[str, Any]:
     }
     _kernel_within_map(p)
     return p
+
+
+#: The map of each convolution-only version from 4 on (:func:`params`); a later version that
+#: changed other families maps convolutions as the newest here.
+_VERSIONS: dict[int, Callable[[Sequence[float]], dict[str, Any]]] = {
+    4: _dense_3x3,
+    5: partial(_dense_3x3, powers_of_two=True),
+    6: _dense_aligned,
+    7: _dense_heavy,
+    8: _grouped,
+    9: _staged,
+    10: _grouped_by_count,
+    11: _narrow_groups,
+    12: _same_width_3x3,
+}
