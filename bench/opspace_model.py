@@ -150,16 +150,9 @@ def samples_path(round_: int) -> Path:
 
 def sampled_rounds() -> dict[str, int]:
     """The round that first sampled each op id of the committed op-space study."""
-    paths = sorted(
-        (REPO / "data/op-space").glob("samples*.parquet"),
-        key=lambda p: int(p.stem.removeprefix("samples-r") or 1) if "-r" in p.stem else 1,
-    )
-    first: dict[str, int] = {}
-    for path in paths:
-        t = pd.read_parquet(path, columns=["op_id", "round"])
-        for op_id, r in zip(t["op_id"], t["round"], strict=True):
-            first.setdefault(op_id, int(r))
-    return first
+    paths = (REPO / "data/op-space").glob("samples*.parquet")
+    tables = [pd.read_parquet(p, columns=["op_id", "round"]) for p in paths]
+    return pd.concat(tables).groupby("op_id")["round"].min().astype(int).to_dict()
 
 
 def sources(
