@@ -320,6 +320,12 @@ def test_the_op_space_config_records_each_rounds_allocation(repo):
         {"samples": {"norm": 400}, "power_samples": 2, "generator": 13, "gpus": ["h200"]},
         # Round 31: a power window for every norm of a network's stage (generator 13).
         {"samples": {"norm": 80}, "power_samples": 80, "generator": 13, "gpus": ["h200"]},
+        # Round 32: a power window for every pooling, attention, activation and
+        # elementwise op.
+        {
+            "samples": {"pool": 30, "attention": 30, "activation": 30, "elementwise": 30},
+            "power_samples": 30, "generator": 13, "gpus": ["h200"],
+        },
     ]  # fmt: skip
     study = load_study_file(repo / "config/op-space.yaml")
     samples = study.config["op_space"]["samples"]

@@ -12,7 +12,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-import yaml
 from conftest import as_ordinary_user
 
 from opcost import harness, opspace, opspace_conv, opspace_draw
@@ -445,8 +444,8 @@ def _no_kernel_in_inference(row):
 def test_the_committed_measurements_are_sane(gpu):
     # Round 1, the adaptive rounds 2 and 3, the power round 4 and the convolutions of rounds
     # 5 and 6 (data/op-space/README.md), each fully measured; on the H100 rounds 9, 12, 14;
-    # on both the power rounds 16 and 17; on the H200 rounds 18, 19, 22, 24, 26, 28, 30, 31.
-    own = (9, 12, 14) if gpu == "h100" else (18, 19, 22, 24, 26, 28, 30, 31)
+    # on both the power rounds 16 and 17; on the H200 rounds 18, 19, 22, 24, 26, 28, 30-32.
+    own = (9, 12, 14) if gpu == "h100" else (18, 19, 22, 24, 26, 28, 30, 31, 32)
     measured = (2, 3, 4, 5, 6, *own, 16, 17)
     rounds = ["samples.parquet", *(f"samples-r{r}.parquet" for r in measured)]
     samples = pd.concat([pd.read_parquet(DATA / r) for r in rounds], ignore_index=True)
@@ -554,13 +553,15 @@ def test_op_space_raw_measures_every_chunk_once_and_protects_it(repo, tmp_path):
     assert "Nothing to be done" in again.stdout + again.stderr
 
 
-def _assert_round_trips(generator, n):
-    """``n`` random convolutions of ``generator``, fitted to its bounds, round-trip through
-    extraction's spec format, as a network's layer."""
-    dims = opspace.FAMILIES["conv"].dims
-    for u in np.random.default_rng(generator).random((n, dims)):
-        params, spec = opspace.fit("conv", opspace.FAMILIES["conv"].params(u, generator), generator)
-        (found,) = extract_ops(_InANetwork(opspace.FAMILIES["conv"].call(params)), (1,))
+def _assert_round_trips(generator, n, family="conv", points=None):
+    """``n`` random configurations of ``family`` (or those at ``points``) of
+    ``generator``, fitted to its bounds, round-trip through extraction's spec format, as a
+    network's layer."""
+    fam = opspace.FAMILIES[family]
+    us = np.random.default_rng(generator).random((n, fam.dims)) if points is None else points
+    for u in us:
+        params, spec = opspace.fit(family, fam.params(u, generator), generator)
+        (found,) = extract_ops(_InANetwork(fam.call(params)), (1,))
         assert specs.canonical_json(found) == specs.canonical_json(spec)
 
 
@@ -891,7 +892,7 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     generator version a round names keeps it as measured."""
     study = load_study_file(REPO / "config/op-space.yaml")
     rounds = osw.op_space_round_counts(study)
-    assert len(rounds) == 31
+    assert len(rounds) == 32
     for r in range(2, len(rounds) + 1):
         params = osw.op_space_round_params(study, r)
         committed = pd.read_parquet(DATA / f"samples-r{r}.parquet")
@@ -908,38 +909,9 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     assert osw.op_space_round_params(study, 8)["generator"] == 5
     generators = [osw.op_space_round_params(study, r)["generator"] for r in range(9, 16)]
     assert generators == [6, 6, 5, 7, 7, 8, 8]
-    generators = [osw.op_space_round_params(study, r)["generator"] for r in range(18, 32)]
-    assert generators == [6, 8, 6, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13]
+    generators = [osw.op_space_round_params(study, r)["generator"] for r in range(18, 33)]
+    assert generators == [6, 8, 6, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 13]
     assert osw.op_space_sampling_params(study)["generator"] == 1
-
-
-def test_the_kept_one_gpu_power_round_is_the_study_s_next_round(tmp_path):
-    """tests/data/opspace_power_r32: a power round measured on the H200 alone, kept out of
-    the study until the H100 measures it. Appended to config/op-space.yaml as round 32, it
-    samples those configurations again, and its chunk measured every one in both modes,
-    with a window each."""
-    kept = REPO / "tests/data/opspace_power_r32"
-    config = yaml.safe_load((REPO / "config/op-space.yaml").read_text())
-    counts = {"pool": 30, "attention": 30, "activation": 30, "elementwise": 30}
-    round_ = {"samples": counts, "power_samples": 30, "generator": 13, "gpus": ["h200"]}
-    config["op_space"]["rounds"].append(round_)
-    path = tmp_path / "op-space.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    study = load_study_file(path)
-    params = osw.op_space_round_params(study, len(config["op_space"]["rounds"]) + 1)
-    again = opspace.sample(
-        params["samples"], seed=params["seed"], starts=params["starts"], round_=32,
-        generator=params["generator"],
-    )  # fmt: skip
-    samples = pd.read_parquet(kept / "samples-r32.parquet")
-    assert _shapes(again) == _shapes(samples)
-    chunk = pd.read_parquet(kept / "r32-0.parquet")
-    assert (chunk["status"] == "ok").all()
-    assert chunk.groupby("mode")["op_id"].apply(set).to_dict() == {
-        "inference": set(samples["op_id"]), "training": set(samples["op_id"])
-    }  # fmt: skip
-    assert chunk["power_w"].notna().all()
-    assert set(chunk["gpu_name"]) == {"NVIDIA H200"}
 
 
 def test_sampled_widths_are_mostly_aligned_as_networks_use_them() -> None:

@@ -7,6 +7,11 @@ power the GPU draws while it waits. One model over all families learns its log f
 windows busy at least :data:`BUSY_SHARE` of the time (:func:`power_windows`), on the
 family, the mode, the log arithmetic intensity, the predicted efficiency, the predicted
 time per kernel and the op's shape features (:func:`features`).
+
+A configuration also learns busy power from the windows only a *peer* on another GPU
+measured (:func:`peer_windows`): each enters at the peer's busy power times the median
+ratio, own over peer, of the family's windows both GPUs measured (:func:`peer_ratios`),
+so that a power round measured on one GPU teaches the other too.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import pandas as pd
 
 from opcost.model import roofline as rl
 from opcost.model import shapes
+from opcost.model.op_tables import sample_keys
 from opcost.model.trees import TreeEnsemble
 from opcost.validate.replay import WAIT_SHARE
 
@@ -29,6 +35,9 @@ from opcost.validate.replay import WAIT_SHARE
 BUSY_SHARE = 0.5
 #: Features of the power model besides the family's one-hot and the shape features.
 POWER_FEATURES = ("training", "log_intensity", "efficiency", "log_kernel_s")
+#: Windows both GPUs measured that a family needs for a ratio of its own; with fewer, the
+#: family's peer windows take the median ratio over all families.
+MIN_POWER_PAIRS = 20
 
 
 def busy_share(rows: pd.DataFrame) -> np.ndarray:
@@ -118,15 +127,69 @@ def busy_power_errors(model: Any, rows: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def fit(model: Any, rows: pd.DataFrame, make: Any) -> TreeEnsemble | None:
+def peer_ratios(own: pd.DataFrame, peer: pd.DataFrame) -> tuple[dict[str, float], float, int]:
+    """Per family, the median ratio of busy power, own over peer, of the power windows
+    (:func:`power_windows`) both ``own`` and ``peer`` measured (same op id and mode), each
+    side's busy power with its own wait power; the median over all families; the number of
+    such pairs. A family with fewer than :data:`MIN_POWER_PAIRS` takes the median over all
+    (1.0 with no pairs at all)."""
+    mine, theirs = power_windows(own), power_windows(peer)
+    a = pd.Series(
+        window_busy_power_w(mine, wait_power_w(own)).to_numpy(float),
+        index=sample_keys(mine).to_numpy(),
+    )
+    a = a[~a.index.duplicated()]
+    keys = sample_keys(theirs).to_numpy()
+    both = np.isin(keys, a.index)
+    b = window_busy_power_w(theirs, wait_power_w(peer)).to_numpy(float)[both]
+    log_ratio = pd.Series(np.log(a.loc[keys[both]].to_numpy() / b)).replace(
+        [np.inf, -np.inf], np.nan
+    )
+    family = theirs["family"].to_numpy()[both]
+    ok = log_ratio.notna().to_numpy()
+    log_ratio, family = log_ratio[ok], family[ok]
+    overall = float(np.exp(log_ratio.median())) if len(log_ratio) else 1.0
+    per = log_ratio.groupby(family).agg(["size", "median"])
+    ratios = {
+        str(f): float(np.exp(r["median"]))
+        for f, r in per.iterrows()
+        if r["size"] >= MIN_POWER_PAIRS
+    }
+    return ratios, overall, int(len(log_ratio))
+
+
+def peer_windows(own: pd.DataFrame, peer: pd.DataFrame) -> pd.DataFrame:
+    """The power windows of ``peer`` (another GPU's rows, :func:`power_windows`) whose
+    configuration and mode ``own`` has no window of, carried over to ``own``'s GPU: column
+    ``busy_power_w`` the peer's busy power (with its wait power) times the family's ratio
+    of :func:`peer_ratios`."""
+    theirs = power_windows(peer)
+    theirs = theirs[~sample_keys(theirs).isin(set(sample_keys(power_windows(own))))]
+    theirs = theirs[~sample_keys(theirs).duplicated()]
+    if theirs.empty:
+        return theirs.assign(busy_power_w=pd.Series(dtype=float))
+    ratios, overall, _ = peer_ratios(own, peer)
+    scale = theirs["family"].map(lambda f: ratios.get(str(f), overall)).to_numpy(float)
+    busy = window_busy_power_w(theirs, wait_power_w(peer)).to_numpy(float) * scale
+    return theirs.assign(busy_power_w=busy)
+
+
+def fit(
+    model: Any, rows: pd.DataFrame, make: Any, peer: pd.DataFrame | None = None
+) -> TreeEnsemble | None:
     """The busy-power model of ``model`` (an :class:`~opcost.model.opmodel.OpModel`, its
-    time models fitted) from the power windows of ``rows``; None with fewer than 5."""
+    time models fitted) from the power windows of ``rows`` and, with ``peer`` (the rows
+    another GPU measured), those only the peer has (:func:`peer_windows`); None with
+    fewer than 5."""
     p = power_windows(rows)
+    p = p.assign(busy_power_w=window_busy_power_w(p, model.wait_power_w).to_numpy(float))
+    if peer is not None and len(peer):
+        p = pd.concat([p, peer_windows(rows, peer)], ignore_index=True)
     if len(p) < 5:
         return None
-    busy = window_busy_power_w(p, model.wait_power_w)
     pred = model.predict(p[["spec", "mode", "op_type"]])
     x = features(p["family"], p, pred, model.power_families)
     # Learnt as its log: trees average relative deviations alike, from near-idle power to
     # the limit, and their mean is not pulled up by the highest windows.
-    return TreeEnsemble.from_sklearn(make().fit(x, np.log(np.clip(busy.to_numpy(), 1.0, None))))
+    busy = np.log(np.clip(p["busy_power_w"].to_numpy(float), 1.0, None))
+    return TreeEnsemble.from_sklearn(make().fit(x, busy))

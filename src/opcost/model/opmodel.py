@@ -383,8 +383,10 @@ def fit(
     times carried over to this configuration's GPU by the ratio of the samples both
     measured and learnt against its base time (:mod:`opcost.model.peer_transfer`; a
     family with too few such samples, and every family without ``transfer_peers``,
-    against the peer's own base time: its ceilings and kernel floor); busy power and the
-    host constants stay the configuration's own."""
+    against the peer's own base time: its ceilings and kernel floor); busy power learns
+    also from the power windows only a peer measured, scaled by the ratio of those both
+    measured (:func:`~opcost.model.op_power.peer_windows`); the host constants stay the
+    configuration's own."""
     rows, pooled = pooled_rows(table, twin, peers)
     name = str(table["gpu_name"].iloc[0])
     # Every sample of a GPU sets its peaks, ceilings and kernel floor.
@@ -397,6 +399,8 @@ def fit(
         )
         per_gpu[gpu_name] = (peaks, ceilings(part, peaks), shortest_kernel_s(part))
     peaks, ceil, own_floor = per_gpu[name]
+    # Power windows as the peers measured them, before their GPU times are carried over.
+    peer_rows = pooled[pooled["gpu_name"].astype(str) != name]
     carried: dict[str, dict[str, float]] = {}
     if transfer_peers:
 
@@ -451,7 +455,7 @@ def fit(
             "measured": _measured_dates(table),
         },
     )
-    model.power_fit = op_power.fit(model, rows, make)
+    model.power_fit = op_power.fit(model, rows, make, peer_rows)
     return model
 
 
