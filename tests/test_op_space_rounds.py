@@ -106,9 +106,9 @@ def test_a_round_samples_with_the_newest_generator_unless_it_names_one():
     assert osw.op_space_sampling_params(study)["generator"] == 2
     assert osw.op_space_round_params(study, 2)["generator"] == 2
     assert osw.op_space_round_params(study, 3)["generator"] == 1
-    assert tuple(range(1, 14)) == opspace.GENERATORS
-    config = _config([{**ROUND_2, "generator": 14}])
-    with pytest.raises(ConfigError, match=r"op_space\.rounds\.0\.generator: 14 is not allowed"):
+    assert tuple(range(1, 15)) == opspace.GENERATORS
+    config = _config([{**ROUND_2, "generator": 15}])
+    with pytest.raises(ConfigError, match=r"op_space\.rounds\.0\.generator: 15 is not allowed"):
         load_study(config)
 
 
@@ -326,6 +326,9 @@ def test_the_op_space_config_records_each_rounds_allocation(repo):
             "samples": {"pool": 30, "attention": 30, "activation": 30, "elementwise": 30},
             "power_samples": 30, "generator": 13, "gpus": ["h200"],
         },
+        # Rounds 33 and 34: LayerNorm on a stage's map with its channels last (generator 14).
+        {"samples": {"norm": 400}, "power_samples": 2, "generator": 14, "gpus": ["h200"]},
+        {"samples": {"norm": 80}, "power_samples": 80, "generator": 14, "gpus": ["h200"]},
     ]  # fmt: skip
     study = load_study_file(repo / "config/op-space.yaml")
     samples = study.config["op_space"]["samples"]

@@ -342,15 +342,15 @@ def test_power_windows_both_gpus_measured_give_each_family_its_ratio() -> None:
 
 
 def test_power_windows_only_the_peer_measured_teach_the_busy_power() -> None:
-    """The H200 alone measured power windows of the norms of a network's stage (round 31)
-    and of pooling, attention, activations and elementwise ops (round 32). The
+    """The H200 alone measured power windows of the norms of a network's stage (rounds 31
+    and 34) and of pooling, attention, activations and elementwise ops (round 32). The
     H100's busy-power model learns them at the H200's busy power times the family's ratio
     of the windows both GPUs measured; alone it knows norms from generator 1's only."""
     h100, h200 = _load("h100"), _load("h200")
     carried = op_power.peer_windows(h100, h200)
     own_keys = keys(op_power.power_windows(h100))
     assert not keys(carried) & own_keys
-    assert _round_ids(31, 32) <= set(carried["op_id"])
+    assert _round_ids(31, 32, 34) <= set(carried["op_id"])
     ratios, overall, _ = op_power.peer_ratios(h100, h200)
     by_hand = _busy_by_hand(h200)
     by_hand = by_hand[~by_hand.index.duplicated()]  # a configuration two rounds drew: the first
@@ -360,7 +360,7 @@ def test_power_windows_only_the_peer_measured_teach_the_busy_power() -> None:
 
     # Half the norms held out of the H200's table: the H100's model learns their
     # neighbours through the ratio, and predicts them closer than alone.
-    ids = np.array(sorted(_round_ids(31)))
+    ids = np.array(sorted(_round_ids(31, 34)))
     held = set(np.random.default_rng(0).choice(ids, len(ids) // 2, replace=False))
     norms = carried[carried["op_id"].isin(held)]
     expected = norms["busy_power_w"].to_numpy()
@@ -369,10 +369,10 @@ def test_power_windows_only_the_peer_measured_teach_the_busy_power() -> None:
         pred = model.predict(norms[["spec", "mode", "op_type"]])["busy_power_w"].to_numpy()
         return float(np.median(np.abs(pred / expected - 1)))
 
-    alone = error(opmodel.fit(h100, "h100", _make))  # 15 %
+    alone = error(opmodel.fit(h100, "h100", _make))  # 14 %
     pooled = error(opmodel.fit(h100, "h100", _make, peers=h200[~h200["op_id"].isin(held)]))
-    assert pooled < 0.12  # 11 %
-    assert pooled < 0.8 * alone
+    assert pooled < 0.1  # 8 %
+    assert pooled < 0.7 * alone
 
 
 def test_the_busy_share_is_learnt_where_kernels_overlap() -> None:

@@ -444,8 +444,8 @@ def _no_kernel_in_inference(row):
 def test_the_committed_measurements_are_sane(gpu):
     # Round 1, the adaptive rounds 2 and 3, the power round 4 and the convolutions of rounds
     # 5 and 6 (data/op-space/README.md), each fully measured; on the H100 rounds 9, 12, 14;
-    # on both the power rounds 16 and 17; on the H200 rounds 18, 19, 22, 24, 26, 28, 30-32.
-    own = (9, 12, 14) if gpu == "h100" else (18, 19, 22, 24, 26, 28, 30, 31, 32)
+    # on both the power rounds 16 and 17; on the H200 rounds 18, 19, 22, 24, 26, 28, 30-34.
+    own = (9, 12, 14) if gpu == "h100" else (18, 19, 22, 24, 26, 28, 30, 31, 32, 33, 34)
     measured = (2, 3, 4, 5, 6, *own, 16, 17)
     rounds = ["samples.parquet", *(f"samples-r{r}.parquet" for r in measured)]
     samples = pd.concat([pd.read_parquet(DATA / r) for r in rounds], ignore_index=True)
@@ -594,8 +594,8 @@ def test_generator_2_samples_small_maps_and_grouped_convolutions_as_networks_bui
     assert opspace.sample(counts, seed=0, generator=1)["op_id"].tolist() == (
         opspace.sample(counts, seed=0, generator=2)["op_id"].tolist()
     )
-    with pytest.raises(opspace.OpSpaceError, match="generator 14"):
-        opspace.sample({"conv": 1}, generator=14)
+    with pytest.raises(opspace.OpSpaceError, match="generator 15"):
+        opspace.sample({"conv": 1}, generator=15)
 
 
 def test_generator_6_samples_dense_convolutions_of_aligned_widths():
@@ -827,6 +827,52 @@ def test_generator_13_samples_the_norms_of_a_networks_stages():
     )
 
 
+def test_generator_14_samples_layernorms_on_a_stage_s_map_with_its_channels_last():
+    table = opspace.sample({"norm": 600}, seed=0, generator=14)
+    norms = [json.loads(s) for s in table["spec"]]
+    kinds = [n["type"].rsplit(".", 1)[-1] for n in norms]
+    assert set(kinds) == {"BatchNorm2d", "LayerNorm", "LayerNorm2d"}
+    assert 0.35 < kinds.count("BatchNorm2d") / len(kinds) < 0.55
+    maps = [n for k, n in zip(kinds, norms, strict=True) if k == "LayerNorm"]
+    maps = [n for n in maps if len(n["inputs"][0]["shape"]) == 4]
+    assert 0.2 < len(maps) / len(norms) < 0.4
+    stages = {m >> h for m in (128, 160, 192, 224, 256, 288, 320, 384, 512) for h in (2, 3, 4, 5)}
+    permuted = 0
+    for n in maps:
+        x = n["inputs"][0]
+        batch, h, w, c = x["shape"]
+        assert batch & (batch - 1) == 0  # a power-of-two batch
+        assert h == w
+        assert h in stages
+        assert n["attrs"]["normalized_shape"] == [c]  # over the channels of each pixel
+        if "stride" in x:  # a permuted view of an NCHW map: channels h*w apart
+            assert x["stride"] == [c * h * w, w, 1, h * w]
+            permuted += 1
+    assert 0.2 < permuted / len(maps) < 0.45  # a third: Swin's first LayerNorm
+    # Swin's and ConvNeXt's stage maps of a 224 input: 56, 28, 14 and 7, about as often.
+    drawn = [n["inputs"][0]["shape"][1] for n in maps]
+    assert {56, 28, 14, 7} <= set(drawn)
+    assert 0.15 < np.mean([d >= 32 for d in drawn]) < 0.45
+    # Tokens of a patch network: ViT's 197 and 50, Swin's 3,136 and 784.
+    tokens = [
+        n["inputs"][0]["shape"] for k, n in zip(kinds, norms, strict=True) if k == "LayerNorm"
+    ]
+    assert {197, 50, 3136, 784} <= {s[1] for s in tokens if len(s) == 3}
+    # Generator 13's norms stay as they were: round 30's samples are drawn again.
+    assert opspace.sample({"norm": 50}, seed=0, generator=13)["spec"].tolist() != (
+        opspace.sample({"norm": 50}, seed=0, generator=14)["spec"].tolist()
+    )
+    assert opspace.sample({"conv": 20}, seed=0, generator=14)["spec"].tolist() == (
+        opspace.sample({"conv": 20}, seed=0, generator=12)["spec"].tolist()
+    )
+    # LayerNorms on a map, contiguous and permuted, round-trip with their strides.
+    us = opspace.points("norm", 600, seed=0)
+    drawn = [opspace.FAMILIES["norm"].params(u, 14) for u in us]
+    on_map = [p.get("permuted") for p in drawn]
+    points = [us[on_map.index(True)], us[on_map.index(False)]]
+    _assert_round_trips(generator=14, n=2, family="norm", points=points)
+
+
 def test_generator_3_samples_grouped_convolutions_more_often_as_networks_build_them():
     two = _conv_attrs(opspace.sample({"conv": 400}, seed=0, generator=2))
     three = _conv_attrs(opspace.sample({"conv": 400}, seed=0, generator=3))
@@ -892,7 +938,7 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     generator version a round names keeps it as measured."""
     study = load_study_file(REPO / "config/op-space.yaml")
     rounds = osw.op_space_round_counts(study)
-    assert len(rounds) == 32
+    assert len(rounds) == 34
     for r in range(2, len(rounds) + 1):
         params = osw.op_space_round_params(study, r)
         committed = pd.read_parquet(DATA / f"samples-r{r}.parquet")
@@ -909,8 +955,8 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     assert osw.op_space_round_params(study, 8)["generator"] == 5
     generators = [osw.op_space_round_params(study, r)["generator"] for r in range(9, 16)]
     assert generators == [6, 6, 5, 7, 7, 8, 8]
-    generators = [osw.op_space_round_params(study, r)["generator"] for r in range(18, 33)]
-    assert generators == [6, 8, 6, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 13]
+    generators = [osw.op_space_round_params(study, r)["generator"] for r in range(18, 35)]
+    assert generators == [6, 8, 6, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 13, 14, 14]
     assert osw.op_space_sampling_params(study)["generator"] == 1
 
 

@@ -263,11 +263,17 @@ INPUT_SIZES = (
 HALVINGS = ((0, 1, 2, 3, 4, 5), (0.05, 0.15, 0.2, 0.2, 0.2, 0.2))
 
 
-def stage_map(v: float) -> int:
+#: How many times a patch-embedding network's stages have halved the input size: a stem of
+#: 4x4 patches, then three merges (224: 56, 28, 14, 7), each as often.
+PATCH_HALVINGS = ((2, 3, 4, 5), (0.25, 0.25, 0.25, 0.25))
+
+
+def stage_map(v: float, halvings: tuple[tuple[int, ...], tuple[float, ...]] = HALVINGS) -> int:
     """The map of a network's stage at quantile ``v``: an input size of
-    :data:`INPUT_SIZES` halved :data:`HALVINGS` times (224: 224, 112, 56, 28, 14, 7)."""
+    :data:`INPUT_SIZES` halved :data:`HALVINGS` times (224: 224, 112, 56, 28, 14, 7), or
+    as ``halvings`` (:data:`PATCH_HALVINGS`: 56, 28, 14, 7)."""
     size = pick(v, *INPUT_SIZES)
-    return max(size >> pick(beyond(v), *HALVINGS), 1)
+    return max(size >> pick(beyond(v), *halvings), 1)
 
 
 def _staged(u: Sequence[float]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from opcost.opspace_conv import stage_map
+from opcost.opspace_conv import PATCH_HALVINGS, stage_map
 from opcost.opspace_draw import Call, beyond, log_int, pick, power_of_two, round_to, width
 from opcost.opspace_draw import function_call as _f
 from opcost.opspace_draw import meta_tensor as _t
@@ -92,15 +92,18 @@ def _tensor_shape(u: Sequence[float]) -> dict[str, Any]:
 def _tensor(p: dict[str, Any]) -> torch.Tensor:
     if p["layout"] == "tokens":
         return _t(p["batch"], p["tokens"], p["channels"])
+    if p["layout"] == "nhwc":  # a map with its channels last, as a LayerNorm takes it
+        n, c, h, w = _nchw(p)
+        return _t(n, c, h, w).permute(0, 2, 3, 1) if p["permuted"] else _t(n, h, w, c)
     return _t(*_nchw(p), channels_last=p["channels_last"])
 
 
 def _norm(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
     """A norm: BatchNorm2d, LayerNorm (tokens), LayerNorm2d (ConvNeXt's) or GroupNorm of 32
     groups, a quarter each, on any tensor of :func:`_tensor_shape`; from generator 13 on,
-    :func:`_staged_norm`."""
+    :func:`_staged_norm`; from 14 on, with LayerNorm on a stage's map too."""
     if generator >= 13:
-        return _staged_norm(u)
+        return _staged_norm(u, generator)
     p = _tensor_shape(u)
     p["type"] = pick(u[5], ["batchnorm", "layernorm", "layernorm2d", "groupnorm"])
     p["layout"] = "tokens" if p["type"] == "layernorm" else "nchw"
@@ -110,7 +113,7 @@ def _norm(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
     return p
 
 
-def _staged_norm(u: Sequence[float]) -> dict[str, Any]:
+def _staged_norm(u: Sequence[float], generator: int = 13) -> dict[str, Any]:
     """The norm of a network's stage: BatchNorm2d six times in ten, on the map of a
     network's stage (:func:`opcost.opspace_conv.stage_map`); else LayerNorm on the
     tokens of a stage (its map over 4 squared, a class token half the time: ViT's 197 and
@@ -118,18 +121,39 @@ def _staged_norm(u: Sequence[float]) -> dict[str, Any]:
     8-2048 as networks align them, a power-of-two batch (1-256). A BatchNorm2d in
     training with few channels on a large map runs far below the memory bandwidth of
     those with many (cuDNN reduces each channel's statistics apart): networks' early
-    layers, rare among generator 1's norms (docs/op-space.md, round 30)."""
-    kind = pick(u[5], ["batchnorm", "layernorm", "layernorm2d"], [0.6, 0.25, 0.15])
-    side = stage_map(u[3])
-    return {
+    layers, rare among generator 1's norms (docs/op-space.md, round 30).
+
+    Generator 14 draws BatchNorm2d 45 times in a hundred, LayerNorm on tokens 15, and 30
+    LayerNorm on a stage's map with its channels last (``[N, H, W, C]``: Swin's and
+    ConvNeXt's blocks), a third of them a permuted view of an NCHW map (Swin's first);
+    LayerNorm2d 10. Those 4-D LayerNorms' kernels are the tokens', rows of ``C``, but a
+    tree keyed on four dimensions sees none of them among generator 13's norms. Its
+    LayerNorms take the maps of a network of 4x4 patches (:data:`PATCH_HALVINGS`: 56,
+    28, 14 and 7 of a 224 input; their tokens 3,136 to 49, a class token half the time:
+    ViT's 197 and 50), where generator 13's map over 4 is mostly 7 or less."""
+    if generator < 14:
+        kind = pick(u[5], ["batchnorm", "layernorm", "layernorm2d"], [0.6, 0.25, 0.15])
+        side = stage_map(u[3])
+        tokens = max((side // 4) ** 2, 1) + (beyond(u[1]) < 0.5)
+    else:
+        kinds = ["batchnorm", "layernorm", "layernorm2d", "layernorm_map"]
+        kind = pick(u[5], kinds, [0.45, 0.15, 0.1, 0.3])
+        patches = stage_map(u[3], PATCH_HALVINGS)
+        side = patches if kind.startswith("layernorm") else stage_map(u[3])
+        tokens = patches**2 + (beyond(u[1]) < 0.5)
+    layout = {"layernorm": "tokens", "layernorm_map": "nhwc"}.get(kind, "nchw")
+    p = {
         "batch": power_of_two(u[0], 1, 256),
-        "layout": "tokens" if kind == "layernorm" else "nchw",
+        "layout": layout,
         "channels": width(u[2], 8, 2048),
         "spatial": max(side, 2),
-        "tokens": max((side // 4) ** 2, 1) + (beyond(u[1]) < 0.5),
+        "tokens": tokens,
         "channels_last": u[4] < 0.25,
-        "type": kind,
+        "type": "layernorm" if kind == "layernorm_map" else kind,
     }
+    if layout == "nhwc":
+        p["permuted"] = u[4] < 1 / 3
+    return p
 
 
 def _norm_call(p: dict[str, Any]) -> Call:
