@@ -329,6 +329,11 @@ def test_the_op_space_config_records_each_rounds_allocation(repo):
         # Rounds 33 and 34: LayerNorm on a stage's map with its channels last (generator 14).
         {"samples": {"norm": 400}, "power_samples": 2, "generator": 14, "gpus": ["h200"]},
         {"samples": {"norm": 80}, "power_samples": 80, "generator": 14, "gpus": ["h200"]},
+        # Round 35: a power window for every convolution, TF32 off (generator 9).
+        {
+            "samples": {"conv": 80}, "power_samples": 80, "generator": 9,
+            "gpus": ["h200-notf32"],
+        },
     ]  # fmt: skip
     study = load_study_file(repo / "config/op-space.yaml")
     samples = study.config["op_space"]["samples"]
