@@ -444,8 +444,8 @@ def _no_kernel_in_inference(row):
 def test_the_committed_measurements_are_sane(gpu):
     # Round 1, the adaptive rounds 2 and 3, the power round 4 and the convolutions of rounds
     # 5 and 6 (data/op-space/README.md), each fully measured; on the H100 rounds 9, 12, 14;
-    # on both the power rounds 16 and 17; on the H200 rounds 18, 19, 22, 24, 26, 28, 30-34.
-    own = (9, 12, 14) if gpu == "h100" else (18, 19, 22, 24, 26, 28, 30, 31, 32, 33, 34)
+    # on both the power rounds 16 and 17; on the H200 rounds 18, 19, 22, 24, 26, 28, 30-34, 36, 38.
+    own = (9, 12, 14) if gpu == "h100" else (18, 19, 22, 24, 26, 28, 30, 31, 32, 33, 34, 36, 38)
     measured = (2, 3, 4, 5, 6, *own, 16, 17)
     rounds = ["samples.parquet", *(f"samples-r{r}.parquet" for r in measured)]
     samples = pd.concat([pd.read_parquet(DATA / r) for r in rounds], ignore_index=True)
@@ -594,8 +594,8 @@ def test_generator_2_samples_small_maps_and_grouped_convolutions_as_networks_bui
     assert opspace.sample(counts, seed=0, generator=1)["op_id"].tolist() == (
         opspace.sample(counts, seed=0, generator=2)["op_id"].tolist()
     )
-    with pytest.raises(opspace.OpSpaceError, match="generator 15"):
-        opspace.sample({"conv": 1}, generator=15)
+    with pytest.raises(opspace.OpSpaceError, match="generator 16"):
+        opspace.sample({"conv": 1}, generator=16)
 
 
 def test_generator_6_samples_dense_convolutions_of_aligned_widths():
@@ -873,6 +873,31 @@ def test_generator_14_samples_layernorms_on_a_stage_s_map_with_its_channels_last
     _assert_round_trips(generator=14, n=2, family="norm", points=points)
 
 
+def test_generator_15_samples_grouped_convolutions_of_few_groups_on_a_stage_s_maps():
+    attrs = _conv_attrs(opspace.sample({"conv": 400}, seed=0, generator=15))
+    stages = _stage_maps()
+    groups = [a["groups"] for a, _ in attrs]
+    assert set(groups) == set(range(2, 9))
+    assert groups.count(8) < groups.count(2)  # log-uniform: as many 2-3 as 4-8
+    for a, shape in attrs:
+        per_group = a["in_channels"] // a["groups"]
+        assert a["in_channels"] == per_group * a["groups"]
+        assert per_group in opspace_conv.GROUP_WIDTHS
+        assert a["out_channels"] in (a["in_channels"], 2 * a["in_channels"])
+        assert shape[2] in stages
+        assert shape[0] & (shape[0] - 1) == 0  # a power-of-two batch
+    threes = [a for a, _ in attrs if a["kernel_size"] == [3, 3]]
+    assert 0.6 < len(threes) / len(attrs) < 0.8
+    # Versions 13 and 14 map convolutions as 12; norms map at 15 as at 14.
+    twelve = opspace.sample({"conv": 20}, seed=0, generator=12)["spec"].tolist()
+    for version in (13, 14):
+        assert opspace.sample({"conv": 20}, seed=0, generator=version)["spec"].tolist() == twelve
+    assert opspace.sample({"norm": 20}, seed=0, generator=15)["spec"].tolist() == (
+        opspace.sample({"norm": 20}, seed=0, generator=14)["spec"].tolist()
+    )
+    _assert_round_trips(generator=15, n=2)
+
+
 def test_generator_3_samples_grouped_convolutions_more_often_as_networks_build_them():
     two = _conv_attrs(opspace.sample({"conv": 400}, seed=0, generator=2))
     three = _conv_attrs(opspace.sample({"conv": 400}, seed=0, generator=3))
@@ -938,7 +963,7 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     generator version a round names keeps it as measured."""
     study = load_study_file(REPO / "config/op-space.yaml")
     rounds = osw.op_space_round_counts(study)
-    assert len(rounds) == 35
+    assert len(rounds) == 39
     for r in range(2, len(rounds) + 1):
         params = osw.op_space_round_params(study, r)
         committed = pd.read_parquet(DATA / f"samples-r{r}.parquet")
@@ -955,8 +980,9 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     assert osw.op_space_round_params(study, 8)["generator"] == 5
     generators = [osw.op_space_round_params(study, r)["generator"] for r in range(9, 16)]
     assert generators == [6, 6, 5, 7, 7, 8, 8]
-    generators = [osw.op_space_round_params(study, r)["generator"] for r in range(18, 36)]
-    assert generators == [6, 8, 6, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 13, 14, 14, 9]
+    generators = [osw.op_space_round_params(study, r)["generator"] for r in range(18, 40)]
+    expected = [6, 8, 6, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 13, 14, 14, 9, 15, 15, 15, 15]
+    assert generators == expected
     assert osw.op_space_sampling_params(study)["generator"] == 1
 
 

@@ -59,7 +59,8 @@ def params(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
     (:func:`_grouped_by_count`): grouped convolutions drawn by their number of groups.
     Generator 11 (:func:`_narrow_groups`): grouped convolutions of 4-16 channels a group.
     Generator 12 (:func:`_same_width_3x3`): a network stage's same-width 3x3 convolution;
-    later versions changed other families and keep it."""
+    versions 13 and 14 changed other families and keep it. Generator 15
+    (:func:`_few_groups`): grouped convolutions of 2-8 groups."""
     if generator >= min(_VERSIONS):
         return _VERSIONS[min(generator, max(_VERSIONS))](u)
     # One in ten is a network's first layer, on RGB images.
@@ -339,6 +340,27 @@ def _narrow_groups(u: Sequence[float]) -> dict[str, Any]:
     )
 
 
+#: Generator 15's numbers of groups, log-uniform: RegNet's first stages (a width of 48-64 in
+#: groups of 16-24) and ResNeXt-like blocks of few wide groups.
+FEW_GROUP_COUNTS = (2, 8)
+
+
+def _few_groups(u: Sequence[float]) -> dict[str, Any]:
+    """A grouped convolution of 2-8 groups (:data:`FEW_GROUP_COUNTS`, log-uniform) of
+    :data:`GROUP_WIDTHS` channels each, as many output channels (four in five) or twice as
+    many, kernel 3 (seven in ten), 1 (two in ten), 5 or 7, stride 1 or 2, on the map of a
+    network's stage (:func:`stage_map`), batch a power of two (1-256). For some batches
+    and maps cuDNN runs such a convolution on a slow path of a dozen kernels, a tenth of
+    the speed of its neighbours: regnet_y_800mf's 4-group 3x3 stride-2 convolution of 64
+    channels on 112x112 took 0.98 ms at batch 8 in 12 kernels and 0.29 ms at batch 64 in
+    5 (H100, TF32 on), predicted 0.09 ms by the models of rounds 1-35; generators 10 and
+    11 draw 8 groups or more, and generator 8 derives its groups from a width drawn over
+    any map and batch (docs/op-space.md, round 36)."""
+    return _grouped_on_stage(
+        u, GROUP_WIDTHS, FEW_GROUP_COUNTS, twice=[0.8, 0.2], kernels=[0.2, 0.7, 0.05, 0.05]
+    )
+
+
 def _grouped_on_stage(
     u: Sequence[float],
     widths: Sequence[int],
@@ -408,4 +430,7 @@ _VERSIONS: dict[int, Callable[[Sequence[float]], dict[str, Any]]] = {
     10: _grouped_by_count,
     11: _narrow_groups,
     12: _same_width_3x3,
+    13: _same_width_3x3,  # versions 13 and 14 changed norms only
+    14: _same_width_3x3,
+    15: _few_groups,
 }
