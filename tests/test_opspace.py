@@ -673,10 +673,11 @@ def test_generator_8_samples_grouped_and_depthwise_convolutions_only():
     _assert_round_trips(generator=8, n=1)
 
 
-def _stage_maps() -> set[int]:
-    """Every map of a network's stage that generators 9-12 draw (opspace_conv.stage_map)."""
+def _stage_maps(halvings=opspace_conv.HALVINGS) -> set[int]:
+    """Every map of a network's stage that generators 9-12 draw (opspace_conv.stage_map),
+    or with ``halvings`` those of a patch network's stages."""
     sizes, _ = opspace_conv.INPUT_SIZES
-    return {size >> h for size in sizes for h in opspace_conv.HALVINGS[0]}
+    return {size >> h for size in sizes for h in halvings[0]}
 
 
 def test_generator_9_samples_convolutions_on_the_maps_of_a_networks_stages():
@@ -792,10 +793,15 @@ def test_generator_12_samples_a_network_stages_same_width_3x3_convolutions():
     _assert_round_trips(generator=12, n=1)
 
 
-def test_generator_13_samples_the_norms_of_a_networks_stages():
-    table = opspace.sample({"norm": 600}, seed=0, generator=13)
+def _sampled_norms(generator: int) -> tuple[list[dict], list[str]]:
+    """600 norms of ``generator``: their specs and their module types' short names."""
+    table = opspace.sample({"norm": 600}, seed=0, generator=generator)
     norms = [json.loads(s) for s in table["spec"]]
-    kinds = [n["type"].rsplit(".", 1)[-1] for n in norms]
+    return norms, [n["type"].rsplit(".", 1)[-1] for n in norms]
+
+
+def test_generator_13_samples_the_norms_of_a_networks_stages():
+    norms, kinds = _sampled_norms(13)
     assert set(kinds) == {"BatchNorm2d", "LayerNorm", "LayerNorm2d"}
     assert 0.5 < kinds.count("BatchNorm2d") / len(kinds) < 0.7
     assert 0.15 < kinds.count("LayerNorm") / len(kinds) < 0.35
@@ -828,15 +834,13 @@ def test_generator_13_samples_the_norms_of_a_networks_stages():
 
 
 def test_generator_14_samples_layernorms_on_a_stage_s_map_with_its_channels_last():
-    table = opspace.sample({"norm": 600}, seed=0, generator=14)
-    norms = [json.loads(s) for s in table["spec"]]
-    kinds = [n["type"].rsplit(".", 1)[-1] for n in norms]
+    norms, kinds = _sampled_norms(14)
     assert set(kinds) == {"BatchNorm2d", "LayerNorm", "LayerNorm2d"}
     assert 0.35 < kinds.count("BatchNorm2d") / len(kinds) < 0.55
     maps = [n for k, n in zip(kinds, norms, strict=True) if k == "LayerNorm"]
     maps = [n for n in maps if len(n["inputs"][0]["shape"]) == 4]
     assert 0.2 < len(maps) / len(norms) < 0.4
-    stages = {m >> h for m in (128, 160, 192, 224, 256, 288, 320, 384, 512) for h in (2, 3, 4, 5)}
+    stages = _stage_maps(opspace_conv.PATCH_HALVINGS)
     permuted = 0
     for n in maps:
         x = n["inputs"][0]

@@ -61,8 +61,8 @@ def params(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
     Generator 12 (:func:`_same_width_3x3`): a network stage's same-width 3x3 convolution;
     versions 13 and 14 changed other families and keep it. Generator 15
     (:func:`_few_groups`): grouped convolutions of 2-8 groups."""
-    if generator >= min(_VERSIONS):
-        return _VERSIONS[min(generator, max(_VERSIONS))](u)
+    if generator >= min(_VERSIONS):  # the latest version at or before ``generator``
+        return _VERSIONS[max(v for v in _VERSIONS if v <= generator)](u)
     # One in ten is a network's first layer, on RGB images.
     cin = 3 if u[1] < 0.1 else width((u[1] - 0.1) / 0.9, 8, 2048)
     cout = width(u[2], 8, 2048)
@@ -430,7 +430,5 @@ _VERSIONS: dict[int, Callable[[Sequence[float]], dict[str, Any]]] = {
     10: _grouped_by_count,
     11: _narrow_groups,
     12: _same_width_3x3,
-    13: _same_width_3x3,  # versions 13 and 14 changed norms only
-    14: _same_width_3x3,
     15: _few_groups,
 }

@@ -127,21 +127,21 @@ def busy_power_errors(model: Any, rows: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def peer_ratios(own: pd.DataFrame, peer: pd.DataFrame) -> tuple[dict[str, float], float, int]:
-    """Per family, the median ratio of busy power, own over peer, of the power windows
-    (:func:`power_windows`) both ``own`` and ``peer`` measured (same op id and mode), each
-    side's busy power with its own wait power; the median over all families; the number of
-    such pairs. A family with fewer than :data:`MIN_POWER_PAIRS` takes the median over all
-    (1.0 with no pairs at all)."""
-    mine, theirs = power_windows(own), power_windows(peer)
-    a = pd.Series(
-        window_busy_power_w(mine, wait_power_w(own)).to_numpy(float),
-        index=sample_keys(mine).to_numpy(),
-    )
+def _busy_windows(rows: pd.DataFrame, wait_w: float | None = None) -> pd.DataFrame:
+    """The power windows of ``rows`` (:func:`power_windows`) with their ``busy_power_w``
+    (:func:`window_busy_power_w`; ``wait_w``, else the rows' own :func:`wait_power_w`)."""
+    p = power_windows(rows)
+    wait_w = wait_power_w(rows) if wait_w is None else wait_w
+    return p.assign(busy_power_w=window_busy_power_w(p, wait_w).to_numpy(float))
+
+
+def _ratios(mine: pd.DataFrame, theirs: pd.DataFrame) -> tuple[dict[str, float], float, int]:
+    """:func:`peer_ratios` of two GPUs' windows of :func:`_busy_windows`."""
+    a = pd.Series(mine["busy_power_w"].to_numpy(float), index=sample_keys(mine).to_numpy())
     a = a[~a.index.duplicated()]
     keys = sample_keys(theirs).to_numpy()
     both = np.isin(keys, a.index)
-    b = window_busy_power_w(theirs, wait_power_w(peer)).to_numpy(float)[both]
+    b = theirs["busy_power_w"].to_numpy(float)[both]
     log_ratio = pd.Series(np.log(a.loc[keys[both]].to_numpy() / b)).replace(
         [np.inf, -np.inf], np.nan
     )
@@ -158,20 +158,32 @@ def peer_ratios(own: pd.DataFrame, peer: pd.DataFrame) -> tuple[dict[str, float]
     return ratios, overall, int(len(log_ratio))
 
 
+def _carried(mine: pd.DataFrame, theirs: pd.DataFrame) -> pd.DataFrame:
+    """:func:`peer_windows` of two GPUs' windows of :func:`_busy_windows`."""
+    fresh = theirs[~sample_keys(theirs).isin(set(sample_keys(mine)))]
+    fresh = fresh[~sample_keys(fresh).duplicated()]
+    if fresh.empty:
+        return fresh
+    ratios, overall, _ = _ratios(mine, theirs)
+    scale = fresh["family"].map(lambda f: ratios.get(str(f), overall)).to_numpy(float)
+    return fresh.assign(busy_power_w=fresh["busy_power_w"].to_numpy(float) * scale)
+
+
+def peer_ratios(own: pd.DataFrame, peer: pd.DataFrame) -> tuple[dict[str, float], float, int]:
+    """Per family, the median ratio of busy power, own over peer, of the power windows
+    (:func:`power_windows`) both ``own`` and ``peer`` measured (same op id and mode), each
+    side's busy power with its own wait power; the median over all families; the number of
+    such pairs. A family with fewer than :data:`MIN_POWER_PAIRS` takes the median over all
+    (1.0 with no pairs at all)."""
+    return _ratios(_busy_windows(own), _busy_windows(peer))
+
+
 def peer_windows(own: pd.DataFrame, peer: pd.DataFrame) -> pd.DataFrame:
     """The power windows of ``peer`` (another GPU's rows, :func:`power_windows`) whose
     configuration and mode ``own`` has no window of, carried over to ``own``'s GPU: column
     ``busy_power_w`` the peer's busy power (with its wait power) times the family's ratio
     of :func:`peer_ratios`."""
-    theirs = power_windows(peer)
-    theirs = theirs[~sample_keys(theirs).isin(set(sample_keys(power_windows(own))))]
-    theirs = theirs[~sample_keys(theirs).duplicated()]
-    if theirs.empty:
-        return theirs.assign(busy_power_w=pd.Series(dtype=float))
-    ratios, overall, _ = peer_ratios(own, peer)
-    scale = theirs["family"].map(lambda f: ratios.get(str(f), overall)).to_numpy(float)
-    busy = window_busy_power_w(theirs, wait_power_w(peer)).to_numpy(float) * scale
-    return theirs.assign(busy_power_w=busy)
+    return _carried(_busy_windows(own), _busy_windows(peer))
 
 
 def fit(
@@ -181,10 +193,9 @@ def fit(
     time models fitted) from the power windows of ``rows`` and, with ``peer`` (the rows
     another GPU measured), those only the peer has (:func:`peer_windows`); None with
     fewer than 5."""
-    p = power_windows(rows)
-    p = p.assign(busy_power_w=window_busy_power_w(p, model.wait_power_w).to_numpy(float))
+    p = _busy_windows(rows, model.wait_power_w)
     if peer is not None and len(peer):
-        p = pd.concat([p, peer_windows(rows, peer)], ignore_index=True)
+        p = pd.concat([p, _carried(p, _busy_windows(peer))], ignore_index=True)
     if len(p) < 5:
         return None
     pred = model.predict(p[["spec", "mode", "op_type"]])
