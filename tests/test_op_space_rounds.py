@@ -106,9 +106,9 @@ def test_a_round_samples_with_the_newest_generator_unless_it_names_one():
     assert osw.op_space_sampling_params(study)["generator"] == 2
     assert osw.op_space_round_params(study, 2)["generator"] == 2
     assert osw.op_space_round_params(study, 3)["generator"] == 1
-    assert tuple(range(1, 16)) == opspace.GENERATORS
-    config = _config([{**ROUND_2, "generator": 16}])
-    with pytest.raises(ConfigError, match=r"op_space\.rounds\.0\.generator: 16 is not allowed"):
+    assert tuple(range(1, 17)) == opspace.GENERATORS
+    config = _config([{**ROUND_2, "generator": 17}])
+    with pytest.raises(ConfigError, match=r"op_space\.rounds\.0\.generator: 17 is not allowed"):
         load_study(config)
 
 
@@ -343,6 +343,12 @@ def test_the_op_space_config_records_each_rounds_allocation(repo):
         {"samples": {"conv": 250}, "power_samples": 2, "generator": 15, "gpus": ["h200"]},
         {
             "samples": {"conv": 200}, "power_samples": 2, "generator": 15,
+            "gpus": ["h200-notf32"],
+        },
+        # Rounds 40 and 41: a network block's 1x1 convolutions (generator 16).
+        {"samples": {"conv": 600}, "power_samples": 2, "generator": 16, "gpus": ["h200"]},
+        {
+            "samples": {"conv": 300}, "power_samples": 2, "generator": 16,
             "gpus": ["h200-notf32"],
         },
     ]  # fmt: skip

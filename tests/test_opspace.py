@@ -444,8 +444,9 @@ def _no_kernel_in_inference(row):
 def test_the_committed_measurements_are_sane(gpu):
     # Round 1, the adaptive rounds 2 and 3, the power round 4 and the convolutions of rounds
     # 5 and 6 (data/op-space/README.md), each fully measured; on the H100 rounds 9, 12, 14;
-    # on both the power rounds 16 and 17; on the H200 rounds 18, 19, 22, 24, 26, 28, 30-34, 36, 38.
-    own = (9, 12, 14) if gpu == "h100" else (18, 19, 22, 24, 26, 28, 30, 31, 32, 33, 34, 36, 38)
+    # on both the power rounds 16 and 17; on the H200 rounds 18, 19, 22, 24, 26, 28, 30-34, 36,
+    # 38, 40.
+    own = (9, 12, 14) if gpu == "h100" else (18, 19, 22, 24, 26, 28, 30, 31, 32, 33, 34, 36, 38, 40)
     measured = (2, 3, 4, 5, 6, *own, 16, 17)
     rounds = ["samples.parquet", *(f"samples-r{r}.parquet" for r in measured)]
     samples = pd.concat([pd.read_parquet(DATA / r) for r in rounds], ignore_index=True)
@@ -594,8 +595,8 @@ def test_generator_2_samples_small_maps_and_grouped_convolutions_as_networks_bui
     assert opspace.sample(counts, seed=0, generator=1)["op_id"].tolist() == (
         opspace.sample(counts, seed=0, generator=2)["op_id"].tolist()
     )
-    with pytest.raises(opspace.OpSpaceError, match="generator 16"):
-        opspace.sample({"conv": 1}, generator=16)
+    with pytest.raises(opspace.OpSpaceError, match="generator 17"):
+        opspace.sample({"conv": 1}, generator=17)
 
 
 def test_generator_6_samples_dense_convolutions_of_aligned_widths():
@@ -902,6 +903,47 @@ def test_generator_15_samples_grouped_convolutions_of_few_groups_on_a_stage_s_ma
     _assert_round_trips(generator=15, n=2)
 
 
+def test_generator_16_samples_a_network_block_s_1x1_convolutions_on_a_stage_s_maps():
+    attrs = _conv_attrs(opspace.sample({"conv": 600}, seed=0, generator=16))
+    assert len(attrs) > 590  # a few small ones repeat
+    stages = _stage_maps()
+    ratios = []
+    for a, shape in attrs:
+        cin, cout = a["in_channels"], a["out_channels"]
+        assert a["kernel_size"] == [1, 1]
+        assert a["groups"] == 1
+        assert a["padding"] == [0, 0]
+        assert a["stride"] in ([1, 1], [2, 2])
+        assert 16 <= cin <= 2048
+        assert 8 <= cout <= 2048
+        assert cin % 8 == 0
+        assert cout % 8 == 0
+        assert shape[2] in stages
+        assert shape[2] == shape[3]
+        assert shape[0] & (shape[0] - 1) == 0  # a power-of-two batch
+        ratios.append(cout / cin)
+    ratios = np.array(ratios)
+    # Kept (a fifth), expanded by a bottleneck's 4 or an inverted residual's 6, reduced as
+    # much; the clipped ones at 8 and 2,048 channels aside.
+    assert 0.15 < np.mean(ratios == 1) < 0.3
+    assert np.mean(ratios == 4) > 0.05
+    assert np.mean(ratios == 0.25) > 0.1
+    assert np.mean(np.isclose(ratios, 6)) > 0.03
+    assert 0.1 < np.mean([a["stride"] == [2, 2] for a, _ in attrs]) < 0.3
+    # ResNet's widths (powers of two) and the multiples of 8 of MobileNet's.
+    widths = np.array([a["in_channels"] for a, _ in attrs])
+    assert 0.35 < np.mean(widths & (widths - 1) == 0) < 0.65
+    assert np.mean(widths % 32 != 0) > 0.1
+    # Norms map at 16 as at 14; earlier rounds' convolutions stay as measured.
+    assert opspace.sample({"norm": 20}, seed=0, generator=16)["spec"].tolist() == (
+        opspace.sample({"norm": 20}, seed=0, generator=14)["spec"].tolist()
+    )
+    assert opspace.sample({"conv": 20}, seed=0, generator=15)["spec"].tolist() != (
+        opspace.sample({"conv": 20}, seed=0, generator=16)["spec"].tolist()
+    )
+    _assert_round_trips(generator=16, n=2)
+
+
 def test_generator_3_samples_grouped_convolutions_more_often_as_networks_build_them():
     two = _conv_attrs(opspace.sample({"conv": 400}, seed=0, generator=2))
     three = _conv_attrs(opspace.sample({"conv": 400}, seed=0, generator=3))
@@ -967,7 +1009,7 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     generator version a round names keeps it as measured."""
     study = load_study_file(REPO / "config/op-space.yaml")
     rounds = osw.op_space_round_counts(study)
-    assert len(rounds) == 39
+    assert len(rounds) == 41
     for r in range(2, len(rounds) + 1):
         params = osw.op_space_round_params(study, r)
         committed = pd.read_parquet(DATA / f"samples-r{r}.parquet")
@@ -984,8 +1026,9 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     assert osw.op_space_round_params(study, 8)["generator"] == 5
     generators = [osw.op_space_round_params(study, r)["generator"] for r in range(9, 16)]
     assert generators == [6, 6, 5, 7, 7, 8, 8]
-    generators = [osw.op_space_round_params(study, r)["generator"] for r in range(18, 40)]
+    generators = [osw.op_space_round_params(study, r)["generator"] for r in range(18, 42)]
     expected = [6, 8, 6, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 13, 14, 14, 9, 15, 15, 15, 15]
+    expected += [16, 16]
     assert generators == expected
     assert osw.op_space_sampling_params(study)["generator"] == 1
 

@@ -60,7 +60,8 @@ def params(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
     Generator 11 (:func:`_narrow_groups`): grouped convolutions of 4-16 channels a group.
     Generator 12 (:func:`_same_width_3x3`): a network stage's same-width 3x3 convolution;
     versions 13 and 14 changed other families and keep it. Generator 15
-    (:func:`_few_groups`): grouped convolutions of 2-8 groups."""
+    (:func:`_few_groups`): grouped convolutions of 2-8 groups. Generator 16
+    (:func:`_pointwise`): the 1x1 convolutions of a network's blocks."""
     if generator >= min(_VERSIONS):  # the latest version at or before ``generator``
         return _VERSIONS[max(v for v in _VERSIONS if v <= generator)](u)
     # One in ten is a network's first layer, on RGB images.
@@ -418,6 +419,51 @@ def _same_width_3x3(u: Sequence[float]) -> dict[str, Any]:
     return p
 
 
+#: Generator 16's grains of a block's width (channels): a multiple of one of them, or a power
+#: of two (:func:`_block_width`). MobileNet's and EfficientNet's widths are multiples of 8,
+#: DenseNet's of 32, ResNet's powers of two.
+BLOCK_GRAINS = (8, 16, 32, 64)
+#: Generator 16's output width over input width, and how often each: a block's 1x1
+#: convolution keeps its width, expands it (a bottleneck's 4, an inverted residual's 6) or
+#: reduces it by as much.
+POINTWISE_RATIOS = ((1, 2, 4, 6, 1 / 2, 1 / 4, 1 / 6), (0.2, 0.1, 0.15, 0.1, 0.1, 0.2, 0.15))
+
+
+def _block_width(v: float) -> int:
+    """A width of 16-2048 channels at quantile ``v``: a power of two (four in ten) or a
+    multiple of a grain of :data:`BLOCK_GRAINS`, log-uniform."""
+    if beyond(v) < 0.4:
+        return power_of_two(v, 16, 2048)
+    grain = pick(beyond(beyond(v)), BLOCK_GRAINS)
+    return min(round_to(log_int(v, 16, 2048), grain), 2048)
+
+
+def _pointwise(u: Sequence[float]) -> dict[str, Any]:
+    """The 1x1 convolution of a network's block: a width of :func:`_block_width`, the
+    output width that times :data:`POINTWISE_RATIOS` (rounded to 8 channels, 8-2048),
+    stride 1 (a downsampling shortcut's 2 in ten), on the map of a network's stage
+    (:func:`stage_map`), batch a power of two (1-256). Bottlenecks and inverted residuals
+    are mostly such convolutions, and the other versions draw the kernel, the widths
+    and the map apart: of the convolutions of rounds 1-39, 7 on the H200 are dense 1x1
+    ones of widths that are multiples of 64 on maps of 14, 28 or 56 at batch 8 or more,
+    and the ten networks' and the blind six's (ResNet's, ResNeXt's, DenseNet's,
+    MobileNet's) were predicted 5-27 % too slow in sum, a median 15-35 % one by one in
+    training (docs/op-space.md, round 40)."""
+    cin = _block_width(u[1])
+    ratio = pick(u[10], *POINTWISE_RATIOS)
+    return {
+        "batch": power_of_two(u[0], 1, 256),
+        "cin": cin,
+        "cout": min(max(round_to(round(cin * ratio), 8), 8), 2048),
+        "kernel": 1,
+        "stride": pick(u[4], [1, 2], [0.8, 0.2]),
+        "dilation": 1,
+        "groups": 1,
+        "spatial": stage_map(u[7]),
+        **_bias_and_layout(u),
+    }
+
+
 #: The map of each convolution-only version from 4 on (:func:`params`); a later version that
 #: changed other families maps convolutions as the newest here.
 _VERSIONS: dict[int, Callable[[Sequence[float]], dict[str, Any]]] = {
@@ -431,4 +477,5 @@ _VERSIONS: dict[int, Callable[[Sequence[float]], dict[str, Any]]] = {
     11: _narrow_groups,
     12: _same_width_3x3,
     15: _few_groups,
+    16: _pointwise,
 }
