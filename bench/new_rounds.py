@@ -62,7 +62,8 @@ def scores(gpu: str, new: set[str]) -> dict[str, dict[str, float]]:
     for name, drop in (("without", hold | new), ("with", hold)):
         rest = lambda t: None if t is None else t[~t["op_id"].isin(drop)]  # noqa: B023, E731
         model = om.fit(rest(whole), gpu, om.maker("extra_trees"), rest(twin), rest(peers))
-        pred = model.predict(test[["spec", "mode", "op_type"]])["gpu_time_s"].to_numpy()
+        pred = model.predict(test[["spec", "mode", "op_type"]], isolated=True)["gpu_time_s"]
+        pred = pred.to_numpy()
         signed = pd.Series(pred / test["gpu_time_s"].to_numpy() - 1, index=test.index)
         err = signed.abs()
         conv = test["family"].eq("conv")

@@ -215,7 +215,8 @@ def held_out(
     out = []
     for reg in regressors:
         model = fit(rest(table), gpu, maker(reg), rest(twin), rest(peers))
-        pred = model.predict(test[["spec", "mode", "op_type"]])["gpu_time_s"].to_numpy()
+        pred = model.predict(test[["spec", "mode", "op_type"]], isolated=True)["gpu_time_s"]
+        pred = pred.to_numpy()
         base = baseline(rest(table), test, maker(reg))
         for name, p in ((reg, pred), (f"{reg} on log time (baseline)", base)):
             measured = test["gpu_time_s"].to_numpy()

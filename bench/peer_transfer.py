@@ -66,7 +66,7 @@ def relative_errors(rows, table, own: str, twin, peers, carry: bool) -> np.ndarr
     model = opmodel.fit(
         table, own, om.maker("extra_trees"), twin=twin, peers=peers, transfer_peers=carry
     )
-    pred = model.predict(rows[["spec", "mode", "op_type"]])["gpu_time_s"].to_numpy()
+    pred = model.predict(rows[["spec", "mode", "op_type"]], isolated=True)["gpu_time_s"].to_numpy()
     return pred / rows["gpu_time_s"].to_numpy() - 1.0
 
 

@@ -76,7 +76,8 @@ def main() -> None:
             round_ = args.round or (29 if off else 28)
             sampled = pd.read_parquet(om.REPO / f"data/op-space/{h200}/r{round_}-0.parquet")
             sampled = sampled[(sampled["status"] == "ok") & (sampled["gpu_time_s"] > 0)]
-            pred = models[h200].predict(sampled[["spec", "mode", "op_type"]])["gpu_time_s"]
+            pred = models[h200].predict(sampled[["spec", "mode", "op_type"]], isolated=True)
+            pred = pred["gpu_time_s"]
             report(
                 f"{h200}: round {round_}'s own", pred.to_numpy(), sampled["gpu_time_s"].to_numpy()
             )

@@ -19,6 +19,7 @@ import pytest
 from opcost import opcache
 from opcost.cli import main
 from opcost.extract import extract_model_input
+from opcost.model import leaf_grads
 from opcost.names import ModelInput
 
 TESTS = Path(__file__).parent
@@ -39,32 +40,40 @@ def extract_csv(capsys, directory: Path, *extra: str) -> str:
     return capsys.readouterr().out
 
 
-def test_a_repeat_reads_the_cache_and_imports_neither_torch_nor_torchvision(
-    capsys, tmp_path, predictors
-):
-    cache = tmp_path / "cache"
-    fresh = extract_csv(capsys, cache)  # extracts (torch is imported in this process)
-    table = pd.read_parquet(entry(cache))
-    by_hand = extract_model_input(ModelInput("squeezenet1_1", SHAPE))
-    pd.testing.assert_frame_equal(table, by_hand)
-    assert extract_csv(capsys, cache) == fresh
-
+def predict_without_torch(argv: list[str]) -> pd.DataFrame:
+    """``opcost predict *argv --format csv`` in a fresh interpreter: its table, after
+    checking that it imported neither torch nor torchvision."""
     code = (
         "import sys\n"
         "from opcost.cli import main\n"
-        f"rc = main(['predict', *{NET!r}, '--cache-dir', {str(cache)!r}, "
-        f"'--predictors', {str(predictors)!r}, '--format', 'csv'])\n"
+        f"rc = main(['predict', *{argv!r}, '--format', 'csv'])\n"
         "print('imported:', [m for m in ('torch', 'torchvision') if m in sys.modules])\n"
         "sys.exit(rc)\n"
     )
     path = [str(TESTS), *filter(None, [os.environ.get("PYTHONPATH")])]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
     done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "imported: []"
-    cached = pd.read_csv(io.StringIO("\n".join(done.stdout.splitlines()[:-1])))
+    return pd.read_csv(io.StringIO("\n".join(done.stdout.splitlines()[:-1])))
+
+
+def test_a_repeat_reads_the_cache_and_imports_neither_torch_nor_torchvision(
+    capsys, tmp_path, predictors
+):
+    cache = tmp_path / "cache"
+    fresh = extract_csv(capsys, cache)  # extracts (torch is imported in this process)
+    table = pd.read_parquet(entry(cache))
+    # The op table, and the gradient copies of each op measured alone (by autograd).
+    by_hand = leaf_grads.with_copies(extract_model_input(ModelInput("squeezenet1_1", SHAPE)))
+    pd.testing.assert_frame_equal(table, by_hand)
+    assert extract_csv(capsys, cache) == fresh
+
+    cached = predict_without_torch(
+        [*NET, "--cache-dir", str(cache), "--predictors", str(predictors)]
+    )
     assert (
         main(["predict", *NET, "--no-cache", "--predictors", str(predictors), "--format", "csv"])
         == 0
@@ -134,3 +143,20 @@ def test_an_unwritable_cache_costs_a_warning_not_the_answer(capsys, tmp_path):
     assert out == fresh
     assert err.startswith("opcost: op table not cached (")
     assert len(err.strip().splitlines()) == 1
+
+
+def test_op_models_predict_training_from_a_cached_entry_without_torch(capsys, tmp_path, op_models):
+    """Op models take off the gradient copies of an isolated op in training
+    (opcost.model.leaf_grads), which takes torch to find: the cache keeps them, so a
+    repeat still imports neither torch nor torchvision, and predicts as a fresh run."""
+    cache = tmp_path / "cache"
+    net = ["--model", "squeezenet1_1", "--input", "2,3,32,32"]  # batch 2: cat's slices copy
+    assert main(["extract", *net, "--cache-dir", str(cache)]) == 0
+    capsys.readouterr()
+    assert (pd.read_parquet(entry(cache))["leaf_grad_copies"] > 0).any()
+    cached = predict_without_torch(
+        [*net, "--cache-dir", str(cache), "--op-models", str(op_models), "--mode", "training"]
+    )
+    base = ["predict", *net, "--no-cache", "--op-models", str(op_models)]
+    assert main([*base, "--mode", "training", "--format", "csv"]) == 0
+    pd.testing.assert_frame_equal(cached, pd.read_csv(io.StringIO(capsys.readouterr().out)))

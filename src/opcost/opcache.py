@@ -11,7 +11,9 @@ installed packages' metadata).
 Only torchvision model names are cached: a ``package.module:factory`` is the user's code,
 which can change under the same name and version, so it is extracted every time.
 
-An entry is used only if it is a readable table with the op table's columns, for the
+An entry holds the op table and, per op, the copies of gradients it runs when measured
+alone in training (:mod:`opcost.model.leaf_grads`), which take torch to find. It is used
+only if it is a readable table with those columns (:data:`CACHED_COLUMNS`), for the
 requested model-input set, with every ``op_id`` the hash of its spec and positive counts;
 any other entry (a cut-off write, bytes changed on disk) is ignored, extracted again and
 written again. A cache that cannot be written leaves the prediction unharmed.
@@ -30,9 +32,14 @@ import pandas as pd
 
 from opcost import __version__
 from opcost.io import write_parquet_atomic
+from opcost.model import leaf_grads
 from opcost.names import SPEC_VERSION, model_input_name
 from opcost.schemas import OPS
 
+#: Columns of a cached entry: the op table's, and the copies of gradients an op measured
+#: alone runs in training (:data:`opcost.model.leaf_grads.COLUMNS`), which predicting from
+#: the op models needs and which take torch to find.
+CACHED_COLUMNS = (*OPS.names, *leaf_grads.COLUMNS)
 #: Environment variable naming the cache's directory (overrides the default).
 CACHE_ENV = "OPCOST_CACHE_DIR"
 
@@ -80,7 +87,7 @@ def entry_path(
 
 def _valid(table: pd.DataFrame, name: str) -> bool:
     """Whether a cached table is a complete op table of model-input set ``name``."""
-    if tuple(table.columns) != OPS.names or table.empty:
+    if tuple(table.columns) != CACHED_COLUMNS or table.empty:
         return False
     hashes = table["spec"].map(lambda s: hashlib.sha256(str(s).encode()).hexdigest()[:16])
     return bool(
@@ -116,7 +123,7 @@ def extract_cached(
     table = load(path, model_input_name(model, shape))
     if table is not None:
         return table
-    table = extract()
+    table = leaf_grads.with_copies(extract())
     try:
         write_parquet_atomic(table, path)
     except OSError as e:

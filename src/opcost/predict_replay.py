@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from opcost import replay as rp
-from opcost.model import PredictorError
+from opcost.model import PredictorError, leaf_grads
 from opcost.model.op_spec import family_of
 from opcost.model.opmodel import NO_KERNEL_FAMILIES, OpModel
 from opcost.names import MODES
@@ -136,7 +136,8 @@ def replay_networks(
         if column in ops:
             ops[column] = ops[column].astype(str).astype(object)
     sequences = {str(n): call_sequence(g) for n, g in ops.groupby("model_input", sort=False)}
-    distinct = ops.drop_duplicates("op_id")[["op_id", "spec"]].reset_index(drop=True)
+    carried = [c for c in leaf_grads.COLUMNS if c in ops]  # the op cache's: no torch needed
+    distinct = ops.drop_duplicates("op_id")[["op_id", "spec", *carried]].reset_index(drop=True)
     distinct["op_type"] = [json.loads(s)["type"] for s in distinct["spec"]]
     rows, op_rows, flagged = [], [], []
     for gpu in sorted(models):

@@ -71,8 +71,9 @@ def cmd_extract(args: argparse.Namespace) -> int:
         bar.update()
         if args.out:
             from opcost.io import write_parquet_atomic
+            from opcost.schemas import OPS
 
-            write_parquet_atomic(table, args.out)
+            write_parquet_atomic(table[list(OPS.names)], args.out)
         bar.update()
     show = pd.DataFrame(
         {

@@ -115,7 +115,8 @@ def busy_power_errors(model: Any, rows: pd.DataFrame) -> pd.DataFrame:
     configuration, and the relative error."""
     p = power_windows(rows)
     measured = window_busy_power_w(p, model.wait_power_w).to_numpy(dtype=float)
-    predicted = model.predict(p[["spec", "mode", "op_type"]])["busy_power_w"].to_numpy()
+    predicted = model.predict(p[["spec", "mode", "op_type"]], isolated=True)["busy_power_w"]
+    predicted = predicted.to_numpy()
     return pd.DataFrame(
         {
             "family": p["family"].to_numpy(),
@@ -198,7 +199,8 @@ def fit(
         p = pd.concat([p, _carried(p, _busy_windows(peer))], ignore_index=True)
     if len(p) < 5:
         return None
-    pred = model.predict(p[["spec", "mode", "op_type"]])
+    # The windows measured the ops alone: their features are the isolated predictions.
+    pred = model.predict(p[["spec", "mode", "op_type"]], isolated=True)
     x = features(p["family"], p, pred, model.power_families)
     # Learnt as its log: trees average relative deviations alike, from near-idle power to
     # the limit, and their mean is not pulled up by the highest windows.

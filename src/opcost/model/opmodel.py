@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from opcost.model import op_power, peer_transfer, shapes
+from opcost.model import leaf_grads, op_power, peer_transfer, shapes
 from opcost.model import roofline as rl
 from opcost.model.features import FeatureSchema, build_schema, encode_features
 from opcost.model.op_spec import family_of
@@ -137,8 +137,11 @@ class OpModel:
         ``host_time_s``, ``forward_host_time_s``, ``efficiency``,
         ``roofline_time_s``, ``busy_power_w``, ``family``; host times for a host whose
         probe is ``host_probe_s`` (default: the one measured with the training data). In
-        training, host times are those of a call in a network (the leaf inputs'
-        gradient accumulation taken off), or with ``isolated`` of the op measured alone."""
+        training, host times, GPU times and kernels are those of a call in a network (the
+        leaf inputs' gradient accumulation and the copies of their gradients taken off,
+        :mod:`opcost.model.leaf_grads`; ``ops`` may carry the copies in its
+        ``leaf_grad_copies`` and ``leaf_grad_copy_bytes``), or with ``isolated`` of the op
+        measured alone."""
         probe = host_probe_s or self.host_probe_s
         rows = _with_conditions(ops, self.meta)
         fam = rows["op_type"].map(family_of)
@@ -199,7 +202,31 @@ class OpModel:
         out["gpu_busy_time_s"] = out["gpu_time_s"] * busy
         out["forward_gpu_busy_time_s"] = out["forward_gpu_time_s"] * busy
         out["busy_power_w"] = self._busy_power(out, rows)
+        if not isolated and training.any():
+            self._without_leaf_copies(out, rows[training], training, busy)
         return out.drop(columns=["host_ratio", "fwd_gpu", "fwd_host", "fwd_k"])
+
+    def _without_leaf_copies(
+        self, out: pd.DataFrame, rows: pd.DataFrame, training: np.ndarray, busy: np.ndarray
+    ) -> None:
+        """Take off the training rows of ``out`` the copies of their leaf inputs'
+        gradients that the isolated samples ran and a network's call does not
+        (:mod:`opcost.model.leaf_grads`), at the GPU's measured memory rate; the backward
+        pass keeps no less than nothing."""
+        copies, nbytes = leaf_grads.copies_of(rows)
+        copy_s = leaf_grads.copy_time_s(
+            copies, nbytes, self.peaks.memory_bytes_per_s, self.kernel_floor_s
+        )
+        sel = np.flatnonzero(training)
+        gpu = out["gpu_time_s"].to_numpy(dtype=float).copy()
+        fwd = out["forward_gpu_time_s"].to_numpy(dtype=float)
+        gpu[sel] = np.where(gpu[sel] > 0, np.maximum(gpu[sel] - copy_s, fwd[sel]), gpu[sel])
+        kernels = out["n_kernels"].to_numpy(dtype=float).copy()
+        fwd_k = out["forward_n_kernels"].to_numpy(dtype=float)
+        kernels[sel] = np.maximum(kernels[sel] - copies, fwd_k[sel])
+        out["gpu_time_s"] = gpu
+        out["n_kernels"] = kernels
+        out["gpu_busy_time_s"] = gpu * busy
 
     def _busy_power(self, out: pd.DataFrame, rows: pd.DataFrame) -> np.ndarray:
         if self.power_fit is None:
