@@ -14,7 +14,7 @@ import pytest
 import torch
 from conftest import as_ordinary_user
 
-from opcost import harness, opspace, opspace_conv, opspace_draw
+from opcost import harness, opspace, opspace_conv, opspace_draw, opspace_ops
 from opcost import opspace_measure as om
 from opcost import opspace_workflow as osw
 from opcost import spec as specs
@@ -445,8 +445,12 @@ def test_the_committed_measurements_are_sane(gpu):
     # Round 1, the adaptive rounds 2 and 3, the power round 4 and the convolutions of rounds
     # 5 and 6 (data/op-space/README.md), each fully measured; on the H100 rounds 9, 12, 14;
     # on both the power rounds 16 and 17; on the H200 rounds 18, 19, 22, 24, 26, 28, 30-34, 36,
-    # 38, 40.
-    own = (9, 12, 14) if gpu == "h100" else (18, 19, 22, 24, 26, 28, 30, 31, 32, 33, 34, 36, 38, 40)
+    # 38, 40, 42.
+    own = (
+        (9, 12, 14)
+        if gpu == "h100"
+        else (18, 19, 22, 24, 26, 28, 30, 31, 32, 33, 34, 36, 38, 40, 42)
+    )
     measured = (2, 3, 4, 5, 6, *own, 16, 17)
     rounds = ["samples.parquet", *(f"samples-r{r}.parquet" for r in measured)]
     samples = pd.concat([pd.read_parquet(DATA / r) for r in rounds], ignore_index=True)
@@ -595,8 +599,8 @@ def test_generator_2_samples_small_maps_and_grouped_convolutions_as_networks_bui
     assert opspace.sample(counts, seed=0, generator=1)["op_id"].tolist() == (
         opspace.sample(counts, seed=0, generator=2)["op_id"].tolist()
     )
-    with pytest.raises(opspace.OpSpaceError, match="generator 17"):
-        opspace.sample({"conv": 1}, generator=17)
+    with pytest.raises(opspace.OpSpaceError, match="generator 18"):
+        opspace.sample({"conv": 1}, generator=18)
 
 
 def test_generator_6_samples_dense_convolutions_of_aligned_widths():
@@ -944,6 +948,52 @@ def test_generator_16_samples_a_network_block_s_1x1_convolutions_on_a_stage_s_ma
     _assert_round_trips(generator=16, n=2)
 
 
+def test_generator_17_samples_an_attention_block_s_matrix_products_on_views():
+    table = opspace.sample({"matmul": 400}, seed=0, generator=17)
+    products = [json.loads(s) for s in table["spec"]]
+    kinds = [p["type"] for p in products]
+    assert 0.4 < kinds.count("torch.functional.einsum") / len(kinds) < 0.6
+    assert set(kinds) == {"torch.functional.einsum", "torch.matmul"}
+    tokens, fused = set(), 0
+    for p in products:
+        a, b = (i["shape"] for i in p["inputs"])
+        rank = 5 if p["type"] == "torch.functional.einsum" else 4
+        assert len(a) == len(b) == rank
+        assert a[0] & (a[0] - 1) == 0  # a power-of-two batch (times the window groups)
+        if p["type"] == "torch.functional.einsum":
+            assert p["args"][0] in ("bghid,bghjd->bghij", "bghij,bghjd->bghid")
+        # Scores: q (tokens, head) times k; values: the (tokens, tokens) scores times v.
+        n, d = a[-2], (b[-1] if a[-1] == a[-2] else a[-1])
+        assert d in opspace_ops.HEAD_DIMS[0]
+        tokens.add(n)
+        fused += any("stride" in i for i in p["inputs"])
+    drawn = opspace_ops.ATTENTION_TOKENS[0]  # or halved, where the bounds shrink the largest
+    assert all(any(t >> s == n for t in drawn for s in range(4)) for n in tokens)
+    assert {49, 197} <= tokens
+    assert 0.7 < fused / len(products) < 0.9  # q, k, v as views of a fused projection
+    # A fused q's strides: the (tokens, 3, heads, head) projection, heads moved ahead.
+    q = next(
+        p["inputs"][0] for p in products
+        if p["type"] == "torch.functional.einsum" and "stride" in p["inputs"][0]
+    )  # fmt: skip
+    b, g, h, n, d = q["shape"]
+    assert q["stride"] == [g * n * 3 * h * d, n * 3 * h * d, d, 3 * h * d, 1]
+    # Other families map at 17 as at 16; matrix products of generators 1-16 stay.
+    assert opspace.sample({"conv": 20}, seed=0, generator=17)["spec"].tolist() == (
+        opspace.sample({"conv": 20}, seed=0, generator=16)["spec"].tolist()
+    )
+    assert opspace.sample({"matmul": 20}, seed=0, generator=16)["spec"].tolist() == (
+        opspace.sample({"matmul": 20}, seed=0, generator=1)["spec"].tolist()
+    )
+    # Each round-trips through extraction, as a network's call.
+    fam = opspace.FAMILIES["matmul"]
+    for u in np.random.default_rng(17).random((4, fam.dims)):
+        params, spec = opspace.fit("matmul", fam.params(u, 17), 17)
+        found = extract_ops(_InANetwork(fam.call(params)), (1,))
+        (ours,) = [s for s in found if s["type"] == spec["type"]]
+        assert specs.canonical_json(ours) == specs.canonical_json(spec)
+
+
 def test_generator_3_samples_grouped_convolutions_more_often_as_networks_build_them():
     two = _conv_attrs(opspace.sample({"conv": 400}, seed=0, generator=2))
     three = _conv_attrs(opspace.sample({"conv": 400}, seed=0, generator=3))
@@ -1009,7 +1059,7 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     generator version a round names keeps it as measured."""
     study = load_study_file(REPO / "config/op-space.yaml")
     rounds = osw.op_space_round_counts(study)
-    assert len(rounds) == 41
+    assert len(rounds) == 43
     for r in range(2, len(rounds) + 1):
         params = osw.op_space_round_params(study, r)
         committed = pd.read_parquet(DATA / f"samples-r{r}.parquet")
@@ -1026,9 +1076,9 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     assert osw.op_space_round_params(study, 8)["generator"] == 5
     generators = [osw.op_space_round_params(study, r)["generator"] for r in range(9, 16)]
     assert generators == [6, 6, 5, 7, 7, 8, 8]
-    generators = [osw.op_space_round_params(study, r)["generator"] for r in range(18, 42)]
+    generators = [osw.op_space_round_params(study, r)["generator"] for r in range(18, 44)]
     expected = [6, 8, 6, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 13, 14, 14, 9, 15, 15, 15, 15]
-    expected += [16, 16]
+    expected += [16, 16, 17, 17]
     assert generators == expected
     assert osw.op_space_sampling_params(study)["generator"] == 1
 

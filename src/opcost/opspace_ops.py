@@ -36,7 +36,11 @@ def _linear_call(p: dict[str, Any]) -> Call:
     return _m(lin, _t(*shape))
 
 
-def _matmul(u: Sequence[float]) -> dict[str, Any]:
+def _matmul(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
+    """A matrix product: ``torch.matmul``, ``torch.bmm`` or ``a @ b`` of two contiguous
+    operands, 4-2048 wide; from generator 17 on, :func:`_attention_product`."""
+    if generator >= 17:
+        return _attention_product(u)
     return {
         "type": pick(u[0], ["matmul", "bmm", "operator"]),
         "batch": log_int(u[1], 1, 256),
@@ -47,7 +51,56 @@ def _matmul(u: Sequence[float]) -> dict[str, Any]:
     }
 
 
+#: Generator 17's tokens of an attention block (a window of 7x7 or 8x8, ViT's 50 and
+#: 197, a map of 14x14 or 16x16 and larger) and head sizes, and how often each.
+ATTENTION_TOKENS = (
+    (49, 64, 50, 197, 196, 256, 576, 1024),
+    (0.25, 0.1, 0.1, 0.15, 0.1, 0.1, 0.1, 0.1),
+)
+HEAD_DIMS = ((32, 64, 128), (0.4, 0.4, 0.2))
+
+
+def _attention_product(u: Sequence[float]) -> dict[str, Any]:
+    """A matrix product of an attention block written out: the scores ``q k^T`` or the
+    values ``a v`` (half each), by ``torch.einsum`` over 5-D operands (batch, window
+    groups, heads; MaxViT's) or by ``torch.matmul`` over 4-D ones (Swin's), its ``q``,
+    ``k`` and ``v`` views of one fused projection (four in five) as networks split it, of
+    :data:`ATTENTION_TOKENS` tokens and :data:`HEAD_DIMS`, 1-16 heads, 1-64 window groups
+    (half the time), a power-of-two batch. The other generators draw contiguous operands
+    of ``matmul`` and ``bmm`` only: MaxViT's einsums of views ran 2-3 kernels, where a
+    product of contiguous operands runs one, and took 1.8-2.5 times their predicted GPU
+    time in inference (docs/op-space.md, round 42)."""
+    return {
+        "type": pick(u[0], ["einsum", "matmul"]),
+        "product": pick(beyond(u[0]), ["scores", "values"]),
+        "batch": power_of_two(u[1], 1, 256),
+        "fused": u[2] < 0.8,
+        "heads": log_int(u[3], 1, 16),
+        "tokens": pick(u[4], *ATTENTION_TOKENS),
+        "head_dim": pick(u[5], *HEAD_DIMS),
+        "groups": power_of_two(u[6], 1, 64) if beyond(u[6]) < 0.5 else 1,
+    }
+
+
+def _attention_product_call(p: dict[str, Any]) -> Call:
+    b, g, h, n, d = p["batch"], p["groups"], p["heads"], p["tokens"], p["head_dim"]
+    lead = (b, g, h) if p["type"] == "einsum" else (b * g, h)
+    if p["fused"]:  # q, k, v: views of one (..., tokens, 3, heads, head) projection
+        qkv = _t(*lead[:-1], n, 3, h, d).movedim(-3, 0).movedim(-2, -3)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+    else:
+        q, k, v = _t(*lead, n, d), _t(*lead, n, d), _t(*lead, n, d)
+    scores = p["product"] == "scores"
+    a, b_ = (q, k) if scores else (_t(*lead, n, n), v)
+    if p["type"] == "einsum":
+        eq = "bghid,bghjd->bghij" if scores else "bghij,bghjd->bghid"
+        return _f(torch.einsum, eq, a, b_)
+    return _f(torch.matmul, a, b_.transpose(-2, -1) if scores else b_)
+
+
 def _matmul_call(p: dict[str, Any]) -> Call:
+    if "product" in p:
+        return _attention_product_call(p)
     lead = (p["batch"], p["heads"]) if p["heads"] and p["type"] != "bmm" else (p["batch"],)
     a, b = _t(*lead, p["m"], p["k"]), _t(*lead, p["k"], p["n"])
     # ``a @ b`` in a network is recorded as the torch function it dispatches to,
@@ -306,7 +359,7 @@ def _view_call(p: dict[str, Any]) -> Call:
 
 
 #: The families here whose map from the unit cube depends on the generator version.
-VERSIONED_FAMILIES = frozenset({"norm"})
+VERSIONED_FAMILIES = frozenset({"norm", "matmul"})
 
 #: Each family's dimensions in the unit cube, its map from a point to parameters and its
 #: call, in the order :data:`opcost.opspace.FAMILIES` lists them after convolutions.
