@@ -447,8 +447,8 @@ def _pointwise(u: Sequence[float]) -> dict[str, Any]:
     and the map apart: of the convolutions of rounds 1-39, 7 on the H200 are dense 1x1
     ones of widths that are multiples of 64 on maps of 14, 28 or 56 at batch 8 or more,
     and the ten networks' and the blind six's (ResNet's, ResNeXt's, DenseNet's,
-    MobileNet's) were predicted 5-27 % too slow in sum, a median 15-35 % one by one in
-    training (docs/op-space.md, round 40)."""
+    MobileNet's) were predicted 1.11 (H100) and 1.16 (H200) times their traced GPU time in
+    sum with TF32 on (docs/op-space.md, round 40)."""
     cin = _block_width(u[1])
     ratio = pick(u[10], *POINTWISE_RATIOS)
     return {

@@ -67,9 +67,9 @@ def _attention_product(u: Sequence[float]) -> dict[str, Any]:
     ``k`` and ``v`` views of one fused projection (four in five) as networks split it, of
     :data:`ATTENTION_TOKENS` tokens and :data:`HEAD_DIMS`, 1-16 heads, 1-64 window groups
     (half the time), a power-of-two batch. The other generators draw contiguous operands
-    of ``matmul`` and ``bmm`` only: MaxViT's einsums of views ran 2-3 kernels, where a
-    product of contiguous operands runs one, and took 1.8-2.5 times their predicted GPU
-    time in inference (docs/op-space.md, round 42)."""
+    of ``matmul`` and ``bmm`` only: MaxViT's einsums of views ran a copy before the product,
+    and were predicted at 0.41-0.62 of their traced GPU time in inference
+    (docs/op-space.md, round 42)."""
     return {
         "type": pick(u[0], ["einsum", "matmul"]),
         "product": pick(beyond(u[0]), ["scores", "values"]),

@@ -4,12 +4,12 @@ Measured alone (:mod:`opcost.harness`), an op's floating-point inputs are leaves
 autograd's ``AccumulateGrad`` stores each one's gradient in its ``.grad``. It keeps the
 gradient tensor itself only if nothing else holds it and it is laid out as the input is;
 otherwise it copies it (PyTorch's ``clone_obey_contract``): where the op's backward hands
-on the output's gradient, which the harness holds, or a view of it (``add`` to both
-inputs, ``cat`` and ``contiguous`` to each), or a gradient laid out otherwise than its input
-(``LayerNorm2d``'s permuted one). In a network the op's inputs are earlier calls' outputs,
-and the gradient flows on without a copy: an isolated ``add`` of two 1024x14x14 maps at
-batch 64 runs three kernels in training and takes three times its forward pass, in
-ResNet-101 one kernel and its forward pass's time (H200, 2026-11-29).
+on the output's gradient itself, which the harness holds (``add`` to both inputs,
+``contiguous``), or a gradient laid out otherwise than its input (``cat``'s slices along
+the channels, ``LayerNorm2d``'s permuted one). In a network the op's inputs are earlier
+calls' outputs, and the gradient flows on without a copy: an isolated ``add`` of two
+1024x14x14 maps at batch 64 runs three kernels in training and takes three times its
+forward pass, in ResNet-101 one kernel and its forward pass's time (H200, 2026-11-29).
 
 :func:`copied_leaves` finds those inputs by running the op's backward on PyTorch's
 ``meta`` device, as the harness builds it, so it holds for any op autograd knows;
@@ -108,10 +108,10 @@ COLUMNS = ("leaf_grad_copies", "leaf_grad_copy_bytes")
 
 def with_copies(table: Any) -> Any:
     """``table`` (a frame with ``spec``) with :data:`COLUMNS` of each row's op."""
-    found = [copied_leaves(str(s)) for s in table["spec"]]
+    copies, nbytes = copies_of(table[["spec"]])
     return table.assign(
-        leaf_grad_copies=[c for c, _ in found], leaf_grad_copy_bytes=[b for _, b in found]
-    ).astype({c: "int64" for c in COLUMNS})
+        leaf_grad_copies=copies.astype("int64"), leaf_grad_copy_bytes=nbytes.astype("int64")
+    )
 
 
 def copies_of(rows: Any) -> tuple[Any, Any]:
@@ -121,5 +121,5 @@ def copies_of(rows: Any) -> tuple[Any, Any]:
 
     if all(c in rows for c in COLUMNS):
         return (rows[COLUMNS[0]].to_numpy(dtype=float), rows[COLUMNS[1]].to_numpy(dtype=float))
-    found = [copied_leaves(str(s)) for s in rows["spec"]]
-    return np.array([c for c, _ in found], dtype=float), np.array([b for _, b in found], float)
+    found = np.array([copied_leaves(str(s)) for s in rows["spec"]], dtype=float).reshape(-1, 2)
+    return found[:, 0], found[:, 1]

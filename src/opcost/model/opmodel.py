@@ -203,7 +203,7 @@ class OpModel:
         out["forward_gpu_busy_time_s"] = out["forward_gpu_time_s"] * busy
         out["busy_power_w"] = self._busy_power(out, rows)
         if not isolated and training.any():
-            self._without_leaf_copies(out, rows[training], training, busy)
+            self._without_leaf_copies(out, rows, training, busy)
         return out.drop(columns=["host_ratio", "fwd_gpu", "fwd_host", "fwd_k"])
 
     def _without_leaf_copies(
@@ -213,7 +213,7 @@ class OpModel:
         gradients that the isolated samples ran and a network's call does not
         (:mod:`opcost.model.leaf_grads`), at the GPU's measured memory rate; the backward
         pass keeps no less than nothing."""
-        copies, nbytes = leaf_grads.copies_of(rows)
+        copies, nbytes = leaf_grads.copies_of(rows[training])
         copy_s = leaf_grads.copy_time_s(
             copies, nbytes, self.peaks.memory_bytes_per_s, self.kernel_floor_s
         )
