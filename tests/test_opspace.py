@@ -445,11 +445,11 @@ def test_the_committed_measurements_are_sane(gpu):
     # Round 1, the adaptive rounds 2 and 3, the power round 4 and the convolutions of rounds
     # 5 and 6 (data/op-space/README.md), each fully measured; on the H100 rounds 9, 12, 14;
     # on both the power rounds 16 and 17; on the H200 rounds 18, 19, 22, 24, 26, 28, 30-34, 36,
-    # 38, 40, 42.
+    # 38, 40, 42, 44.
     own = (
         (9, 12, 14)
         if gpu == "h100"
-        else (18, 19, 22, 24, 26, 28, 30, 31, 32, 33, 34, 36, 38, 40, 42)
+        else (18, 19, 22, 24, 26, 28, 30, 31, 32, 33, 34, 36, 38, 40, 42, 44)
     )
     measured = (2, 3, 4, 5, 6, *own, 16, 17)
     rounds = ["samples.parquet", *(f"samples-r{r}.parquet" for r in measured)]
@@ -599,8 +599,8 @@ def test_generator_2_samples_small_maps_and_grouped_convolutions_as_networks_bui
     assert opspace.sample(counts, seed=0, generator=1)["op_id"].tolist() == (
         opspace.sample(counts, seed=0, generator=2)["op_id"].tolist()
     )
-    with pytest.raises(opspace.OpSpaceError, match="generator 18"):
-        opspace.sample({"conv": 1}, generator=18)
+    with pytest.raises(opspace.OpSpaceError, match="generator 19"):
+        opspace.sample({"conv": 1}, generator=19)
 
 
 def test_generator_6_samples_dense_convolutions_of_aligned_widths():
@@ -994,6 +994,36 @@ def test_generator_17_samples_an_attention_block_s_matrix_products_on_views():
         assert specs.canonical_json(ours) == specs.canonical_json(spec)
 
 
+def test_generator_18_samples_a_network_s_first_layer_on_an_rgb_image():
+    attrs = _conv_attrs(opspace.sample({"conv": 400}, seed=0, generator=18))
+    assert len(attrs) > 390
+    patches = 0
+    for a, shape in attrs:
+        (k, _), (s, _), (pad, _) = a["kernel_size"], a["stride"], a["padding"]
+        assert a["in_channels"] == shape[1] == 3
+        assert a["groups"] == 1
+        assert 16 <= a["out_channels"] <= 2048
+        assert shape[2] == shape[3]
+        assert shape[0] & (shape[0] - 1) == 0  # a power-of-two batch
+        if k == s and pad == 0:  # a patch embedding: the map cut into k x k patches
+            assert k in opspace_conv.PATCH_SIZES[0]
+            patches += 1
+        else:  # an overlapping stem, padded by half its kernel
+            assert k in opspace_conv.STEM_KERNELS[0]
+            assert s in opspace_conv.STEM_STRIDES[0]
+            assert pad == k // 2
+        # An input size networks run at, halved only where the bounds shrink it.
+        assert any(size >> h == shape[2] for size in opspace_conv.INPUT_SIZES[0] for h in range(3))
+    assert 0.4 < patches / len(attrs) < 0.6
+    kernels = {a["kernel_size"][0] for a, _ in attrs}
+    assert {11, 16, 32} <= kernels  # wider than any other version draws
+    # Other families map at 18 as at 17; convolutions of generator 17 stay as at 16.
+    assert opspace.sample({"matmul": 20}, seed=0, generator=18)["spec"].tolist() == (
+        opspace.sample({"matmul": 20}, seed=0, generator=17)["spec"].tolist()
+    )
+    _assert_round_trips(generator=18, n=2)
+
+
 def test_generator_3_samples_grouped_convolutions_more_often_as_networks_build_them():
     two = _conv_attrs(opspace.sample({"conv": 400}, seed=0, generator=2))
     three = _conv_attrs(opspace.sample({"conv": 400}, seed=0, generator=3))
@@ -1059,7 +1089,7 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     generator version a round names keeps it as measured."""
     study = load_study_file(REPO / "config/op-space.yaml")
     rounds = osw.op_space_round_counts(study)
-    assert len(rounds) == 43
+    assert len(rounds) == 45
     for r in range(2, len(rounds) + 1):
         params = osw.op_space_round_params(study, r)
         committed = pd.read_parquet(DATA / f"samples-r{r}.parquet")
@@ -1076,9 +1106,9 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     assert osw.op_space_round_params(study, 8)["generator"] == 5
     generators = [osw.op_space_round_params(study, r)["generator"] for r in range(9, 16)]
     assert generators == [6, 6, 5, 7, 7, 8, 8]
-    generators = [osw.op_space_round_params(study, r)["generator"] for r in range(18, 44)]
+    generators = [osw.op_space_round_params(study, r)["generator"] for r in range(18, 46)]
     expected = [6, 8, 6, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 13, 14, 14, 9, 15, 15, 15, 15]
-    expected += [16, 16, 17, 17]
+    expected += [16, 16, 17, 17, 18, 18]
     assert generators == expected
     assert osw.op_space_sampling_params(study)["generator"] == 1
 

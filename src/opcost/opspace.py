@@ -54,11 +54,11 @@ HEAVY_BOUNDS = (1.0e12, 2**30)
 COLUMNS = ("op_id", "family", "type", "kind", "spec", "sample", "round", "generator")
 #: Versions of the map from the unit cube to configurations (``op_space.generator``): a
 #: round keeps the version it was measured with, so that its samples stay those measured.
-#: 2 to 12, 15 and 16 changed convolutions only (:func:`opcost.opspace_conv.params`), 13 and 14
+#: 2 to 12, 15, 16 and 18 changed convolutions only (:func:`opcost.opspace_conv.params`), 13 and 14
 #: norms only (:func:`opcost.opspace_ops._norm`), 17 matrix products only
 #: (:func:`opcost.opspace_ops._matmul`); a family a version leaves maps as the version
 #: before.
-GENERATORS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17)
+GENERATORS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18)
 
 
 class OpSpaceError(OpcostError, ValueError):

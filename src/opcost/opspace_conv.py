@@ -61,7 +61,9 @@ def params(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
     Generator 12 (:func:`_same_width_3x3`): a network stage's same-width 3x3 convolution;
     versions 13 and 14 changed other families and keep it. Generator 15
     (:func:`_few_groups`): grouped convolutions of 2-8 groups. Generator 16
-    (:func:`_pointwise`): the 1x1 convolutions of a network's blocks."""
+    (:func:`_pointwise`): the 1x1 convolutions of a network's blocks; version 17 changed
+    matrix products and keeps it. Generator 18 (:func:`_stem`): a network's first layer, a
+    patch embedding or an overlapping stem on an RGB image."""
     if generator >= min(_VERSIONS):  # the latest version at or before ``generator``
         return _VERSIONS[max(v for v in _VERSIONS if v <= generator)](u)
     # One in ten is a network's first layer, on RGB images.
@@ -242,10 +244,11 @@ def _grouped(u: Sequence[float]) -> dict[str, Any]:
 
 def call(p: dict[str, Any]) -> Call:
     """The ``torch.nn.Conv2d`` call of parameters ``p``, padded to keep its map (stride 1)
-    as networks pad, on a ``meta`` input."""
+    as networks pad unless ``p`` names its ``padding``, on a ``meta`` input."""
     k, d = p["kernel"], p["dilation"]
     conv = torch.nn.Conv2d(
-        p["cin"], p["cout"], k, stride=p["stride"], padding=(k // 2) * d, dilation=d,
+        p["cin"], p["cout"], k, stride=p["stride"], padding=p.get("padding", (k // 2) * d),
+        dilation=d,
         groups=p["groups"], bias=p["bias"], device="meta",
     )  # fmt: skip
     x = meta_tensor(
@@ -420,7 +423,7 @@ def _same_width_3x3(u: Sequence[float]) -> dict[str, Any]:
 
 
 #: Generator 16's grains of a block's width (channels): a multiple of one of them, or a power
-#: of two (:func:`_block_width`). MobileNet's and EfficientNet's widths are multiples of 8,
+#: of two (:func:`block_width`). MobileNet's and EfficientNet's widths are multiples of 8,
 #: DenseNet's of 32, ResNet's powers of two.
 BLOCK_GRAINS = (8, 16, 32, 64)
 #: Generator 16's output width over input width, and how often each: a block's 1x1
@@ -429,7 +432,7 @@ BLOCK_GRAINS = (8, 16, 32, 64)
 POINTWISE_RATIOS = ((1, 2, 4, 6, 1 / 2, 1 / 4, 1 / 6), (0.2, 0.1, 0.15, 0.1, 0.1, 0.2, 0.15))
 
 
-def _block_width(v: float) -> int:
+def block_width(v: float) -> int:
     """A width of 16-2048 channels at quantile ``v``: a power of two (four in ten) or a
     multiple of a grain of :data:`BLOCK_GRAINS`, log-uniform."""
     if beyond(v) < 0.4:
@@ -439,7 +442,7 @@ def _block_width(v: float) -> int:
 
 
 def _pointwise(u: Sequence[float]) -> dict[str, Any]:
-    """The 1x1 convolution of a network's block: a width of :func:`_block_width`, the
+    """The 1x1 convolution of a network's block: a width of :func:`block_width`, the
     output width that times :data:`POINTWISE_RATIOS` (rounded to 8 channels, 8-2048),
     stride 1 (a downsampling shortcut's 2 in ten), on the map of a network's stage
     (:func:`stage_map`), batch a power of two (1-256). Bottlenecks and inverted residuals
@@ -449,7 +452,7 @@ def _pointwise(u: Sequence[float]) -> dict[str, Any]:
     and the ten networks' and the blind six's (ResNet's, ResNeXt's, DenseNet's,
     MobileNet's) were predicted 1.11 (H100) and 1.16 (H200) times their traced GPU time in
     sum with TF32 on (docs/op-space.md, round 40)."""
-    cin = _block_width(u[1])
+    cin = block_width(u[1])
     ratio = pick(u[10], *POINTWISE_RATIOS)
     return {
         "batch": power_of_two(u[0], 1, 256),
@@ -460,6 +463,40 @@ def _pointwise(u: Sequence[float]) -> dict[str, Any]:
         "dilation": 1,
         "groups": 1,
         "spatial": stage_map(u[7]),
+        **_bias_and_layout(u),
+    }
+
+
+#: Generator 18's patch sizes (kernel and stride) of a patch embedding, and how often each:
+#: ConvNeXt's and Swin's 4, ViT's 16 and 32, and the sizes between.
+PATCH_SIZES = ((2, 4, 7, 8, 14, 16, 32), (0.1, 0.25, 0.05, 0.15, 0.1, 0.2, 0.15))
+#: Generator 18's kernels and strides of an overlapping stem, drawn apart: ResNet's 7x7 and
+#: MobileNet's 3x3 at stride 2, VGG's 3x3 at stride 1, AlexNet's 11x11 at stride 4.
+STEM_KERNELS = ((3, 5, 7, 11), (0.45, 0.1, 0.35, 0.1))
+STEM_STRIDES = ((1, 2, 4), (0.2, 0.65, 0.15))
+
+
+def _stem(u: Sequence[float]) -> dict[str, Any]:
+    """A network's first layer, on an RGB image of one of :data:`INPUT_SIZES`: half of them
+    a patch embedding (kernel and stride one of :data:`PATCH_SIZES`, no padding), half an
+    overlapping stem (a kernel of :data:`STEM_KERNELS` padded by half of it, a stride of
+    :data:`STEM_STRIDES`); a width of :func:`block_width`, batch a power of two (1-256).
+    The other versions draw 3 input channels on stage maps at most, a kernel of 7 at
+    most and no patch embedding: of rounds 1-43's convolutions none has a kernel wider
+    than 7, and a ViT's 32x32 patch embedding ran 3-5 times longer than the op models
+    predicted (docs/op-space.md, round 44)."""
+    patch = u[3] < 0.5
+    kernel = pick(u[5], *PATCH_SIZES) if patch else pick(u[5], *STEM_KERNELS)
+    return {
+        "batch": power_of_two(u[0], 1, 256),
+        "cin": 3,
+        "cout": block_width(u[2]),
+        "kernel": kernel,
+        "stride": kernel if patch else pick(u[4], *STEM_STRIDES),
+        "padding": 0 if patch else kernel // 2,
+        "dilation": 1,
+        "groups": 1,
+        "spatial": pick(u[7], *INPUT_SIZES),
         **_bias_and_layout(u),
     }
 
@@ -478,4 +515,5 @@ _VERSIONS: dict[int, Callable[[Sequence[float]], dict[str, Any]]] = {
     12: _same_width_3x3,
     15: _few_groups,
     16: _pointwise,
+    18: _stem,
 }
