@@ -445,11 +445,11 @@ def test_the_committed_measurements_are_sane(gpu):
     # Round 1, the adaptive rounds 2 and 3, the power round 4 and the convolutions of rounds
     # 5 and 6 (data/op-space/README.md), each fully measured; on the H100 rounds 9, 12, 14;
     # on both the power rounds 16 and 17; on the H200 rounds 18, 19, 22, 24, 26, 28, 30-34, 36,
-    # 38, 40, 42, 44.
+    # 38, 40, 42, 44, 46.
     own = (
         (9, 12, 14)
         if gpu == "h100"
-        else (18, 19, 22, 24, 26, 28, 30, 31, 32, 33, 34, 36, 38, 40, 42, 44)
+        else (18, 19, 22, 24, 26, 28, 30, 31, 32, 33, 34, 36, 38, 40, 42, 44, 46)
     )
     measured = (2, 3, 4, 5, 6, *own, 16, 17)
     rounds = ["samples.parquet", *(f"samples-r{r}.parquet" for r in measured)]
@@ -599,8 +599,8 @@ def test_generator_2_samples_small_maps_and_grouped_convolutions_as_networks_bui
     assert opspace.sample(counts, seed=0, generator=1)["op_id"].tolist() == (
         opspace.sample(counts, seed=0, generator=2)["op_id"].tolist()
     )
-    with pytest.raises(opspace.OpSpaceError, match="generator 19"):
-        opspace.sample({"conv": 1}, generator=19)
+    with pytest.raises(opspace.OpSpaceError, match="generator 20"):
+        opspace.sample({"conv": 1}, generator=20)
 
 
 def test_generator_6_samples_dense_convolutions_of_aligned_widths():
@@ -1024,6 +1024,55 @@ def test_generator_18_samples_a_network_s_first_layer_on_an_rgb_image():
     _assert_round_trips(generator=18, n=2)
 
 
+def test_generator_19_samples_a_transformer_block_s_linear_layers_and_heads():
+    table = opspace.sample({"linear": 400}, seed=0, generator=19)
+    layers = [json.loads(s) for s in table["spec"]]
+    assert len(layers) > 390
+    ranks, ratios, heads = [], [], 0
+    for p in layers:
+        (x,) = p["inputs"]
+        fin, fout = p["attrs"]["in_features"], p["attrs"]["out_features"]
+        shape = x["shape"]
+        assert shape[-1] == fin
+        assert shape[0] & (shape[0] - 1) == 0  # a power-of-two batch
+        ranks.append(len(shape))
+        if len(shape) == 2:  # a classifier head
+            heads += 1
+            assert 32 <= fin <= 2048
+            continue
+        assert fin % 8 == 0
+        assert fout % 8 == 0
+        if len(shape) == 3:  # an attention block's tokens, or fewer where the bounds shrink
+            drawn = opspace_ops.ATTENTION_TOKENS[0]
+            assert any(t >> s == shape[1] for t in drawn for s in range(4))
+        else:  # a stage's channels-last map
+            assert shape[1] == shape[2]
+        ratios.append(fout / fin)
+    ranks = np.array(ranks)
+    assert 0.1 < np.mean(ranks == 2) < 0.3
+    assert 0.3 < np.mean(ranks == 3) < 0.5
+    assert 0.3 < np.mean(ranks == 4) < 0.5
+    ratios = np.array(ratios)
+    # q, k, v (3), projections (1), an MLP's expansion (4) and its contraction (1/4).
+    for r in (3, 1, 4, 1 / 4):
+        assert np.mean(np.isclose(ratios, r, rtol=0.05)) > 0.1
+    classes = [p["attrs"]["out_features"] for p in layers if len(p["inputs"][0]["shape"]) == 2]
+    assert 0.3 < classes.count(1000) / heads < 0.7
+    # Other families map at 19 as at 18; linear layers of generators 1-18 stay.
+    assert opspace.sample({"conv": 20}, seed=0, generator=19)["spec"].tolist() == (
+        opspace.sample({"conv": 20}, seed=0, generator=18)["spec"].tolist()
+    )
+    assert opspace.sample({"linear": 20}, seed=0, generator=18)["spec"].tolist() == (
+        opspace.sample({"linear": 20}, seed=0, generator=1)["spec"].tolist()
+    )
+    fam = opspace.FAMILIES["linear"]
+    for u in np.random.default_rng(19).random((4, fam.dims)):
+        params, spec = opspace.fit("linear", fam.params(u, 19), 19)
+        found = extract_ops(_InANetwork(fam.call(params)), (1,))
+        (ours,) = [s for s in found if s["type"] == spec["type"]]
+        assert specs.canonical_json(ours) == specs.canonical_json(spec)
+
+
 def test_generator_3_samples_grouped_convolutions_more_often_as_networks_build_them():
     two = _conv_attrs(opspace.sample({"conv": 400}, seed=0, generator=2))
     three = _conv_attrs(opspace.sample({"conv": 400}, seed=0, generator=3))
@@ -1089,7 +1138,7 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     generator version a round names keeps it as measured."""
     study = load_study_file(REPO / "config/op-space.yaml")
     rounds = osw.op_space_round_counts(study)
-    assert len(rounds) == 45
+    assert len(rounds) == 47
     for r in range(2, len(rounds) + 1):
         params = osw.op_space_round_params(study, r)
         committed = pd.read_parquet(DATA / f"samples-r{r}.parquet")
@@ -1106,9 +1155,9 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     assert osw.op_space_round_params(study, 8)["generator"] == 5
     generators = [osw.op_space_round_params(study, r)["generator"] for r in range(9, 16)]
     assert generators == [6, 6, 5, 7, 7, 8, 8]
-    generators = [osw.op_space_round_params(study, r)["generator"] for r in range(18, 46)]
+    generators = [osw.op_space_round_params(study, r)["generator"] for r in range(18, 48)]
     expected = [6, 8, 6, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 13, 14, 14, 9, 15, 15, 15, 15]
-    expected += [16, 16, 17, 17, 18, 18]
+    expected += [16, 16, 17, 17, 18, 18, 19, 19]
     assert generators == expected
     assert osw.op_space_sampling_params(study)["generator"] == 1
 

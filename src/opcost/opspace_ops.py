@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from opcost.opspace_conv import PATCH_HALVINGS, stage_map
+from opcost.opspace_conv import PATCH_HALVINGS, block_width, stage_map
 from opcost.opspace_draw import Call, beyond, log_int, pick, power_of_two, round_to, width
 from opcost.opspace_draw import function_call as _f
 from opcost.opspace_draw import meta_tensor as _t
@@ -20,7 +20,11 @@ def _nchw(p: dict[str, Any]) -> tuple[int, int, int, int]:
     return p["batch"], p["channels"], p["spatial"], p["spatial"]
 
 
-def _linear(u: Sequence[float]) -> dict[str, Any]:
+def _linear(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
+    """A linear layer on ``(batch, fin)`` or ``(batch, tokens, fin)``, widths of 8-8192
+    drawn apart; from generator 19 on, :func:`_block_linear`."""
+    if generator >= 19:
+        return _block_linear(u)
     return {
         "batch": log_int(u[0], 1, 256),
         "tokens": pick(u[1], [0, 1], [0.5, 0.5]) and log_int(u[2], 4, 1024),
@@ -30,9 +34,59 @@ def _linear(u: Sequence[float]) -> dict[str, Any]:
     }
 
 
+#: Generator 19's layers of a transformer block or a classifier, output width over the
+#: block's width (``None``: a classifier's classes), and how often each: the fused q, k, v
+#: projection (3), the attention's output projection (1), the MLP's expansion (4; 2 and 3
+#: less often) and its contraction (1/4, 1/2, 1/3), the classifier head.
+BLOCK_LINEAR_RATIOS = (
+    (3, 1, 4, 2, 3, 1 / 4, 1 / 2, 1 / 3, None),
+    (0.17, 0.17, 0.17, 0.03, 0.03, 0.17, 0.03, 0.03, 0.2),
+)
+#: Generator 19's classifier heads: ImageNet's 1,000 classes half the time, else a width.
+HEAD_CLASSES = 1000
+
+
+def _block_linear(u: Sequence[float]) -> dict[str, Any]:
+    """A linear layer of a transformer block or a classifier head (:data:`BLOCK_LINEAR_RATIOS`):
+    a block's width of :func:`opcost.opspace_conv.block_width` (32-2048 channels), its
+    output that times the ratio (rounded to 8), on ``(batch, tokens, width)`` with the
+    tokens of an attention block (:data:`ATTENTION_TOKENS`; ViT's, Swin's windows) or
+    on ``(batch, map, map, width)``, a stage's channels-last map (ConvNeXt's and Swin's
+    MLPs, :data:`opcost.opspace_conv.PATCH_HALVINGS`), half each; a head on ``(batch,
+    width)`` to 1,000 classes (half the time) or a width of 8-8192; a power-of-two batch
+    (1-256), a bias nine times in ten. The other versions draw both widths apart on 2-D and
+    3-D inputs: of rounds 1-45's 517 linear layers on the H200 (TF32 on), 94 have both
+    widths multiples of 64, 12 of the 48 above 5 GFLOP, and none lies on a map
+    (docs/op-space.md, round 46)."""
+    d = max(block_width(u[3]), 32)
+    ratio = pick(u[4], *BLOCK_LINEAR_RATIOS)
+    head = ratio is None
+    if head:
+        fout = HEAD_CLASSES if beyond(u[4]) < 0.5 else width(beyond(u[4]), 8, 8192)
+    else:
+        fin_fout = (d, round_to(round(d * ratio), 8)) if ratio >= 1 else None
+        if fin_fout is None:  # a contraction: the block's width out, the expansion in
+            fin_fout = (round_to(round(d / ratio), 8), d)
+        d, fout = fin_fout
+    on_map = not head and u[1] < 0.5
+    return {
+        "batch": power_of_two(u[0], 1, 256),
+        "tokens": 0 if head or on_map else pick(u[2], *ATTENTION_TOKENS),
+        "spatial": stage_map(u[2], PATCH_HALVINGS) if on_map else 0,
+        "fin": d,
+        "fout": fout,
+        "bias": u[5] < 0.9,
+    }
+
+
 def _linear_call(p: dict[str, Any]) -> Call:
     lin = torch.nn.Linear(p["fin"], p["fout"], bias=p["bias"], device="meta")
-    shape = (p["batch"], p["tokens"], p["fin"]) if p["tokens"] else (p["batch"], p["fin"])
+    if p.get("spatial"):  # a stage's map, channels last
+        shape = (p["batch"], p["spatial"], p["spatial"], p["fin"])
+    elif p["tokens"]:
+        shape = (p["batch"], p["tokens"], p["fin"])
+    else:
+        shape = (p["batch"], p["fin"])
     return _m(lin, _t(*shape))
 
 
@@ -359,7 +413,7 @@ def _view_call(p: dict[str, Any]) -> Call:
 
 
 #: The families here whose map from the unit cube depends on the generator version.
-VERSIONED_FAMILIES = frozenset({"norm", "matmul"})
+VERSIONED_FAMILIES = frozenset({"linear", "norm", "matmul"})
 
 #: Each family's dimensions in the unit cube, its map from a point to parameters and its
 #: call, in the order :data:`opcost.opspace.FAMILIES` lists them after convolutions.
