@@ -5,10 +5,11 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
-from opcost.model.op_spec import FAMILIES, family_of
+from opcost.model.op_spec import FAMILIES, OpSpec, family_of
 from opcost.model.roofline import (
     Peaks,
     RooflineError,
@@ -20,6 +21,7 @@ from opcost.model.roofline import (
 
 ROOT = Path(__file__).resolve().parents[1]
 UNIQUE = sorted(ROOT.glob("data/hopper*/ops/unique.parquet"))
+OP_SPACE = ROOT / "data/op-space"
 PEAKS = Peaks(matmul_flops_per_s=400e12, memory_bytes_per_s=3e12)
 
 # Real specs, copied from data/hopper-large/ops/unique.parquet (test_specs_are_real).
@@ -581,4 +583,60 @@ def test_shape_features_of_other_ops_are_not_applicable() -> None:
     f = shape_features(relu)
     assert f[:5] == (-1.0,) * 5
     assert f[6] == pytest.approx(math.log(256))
-    assert f[-2:] == (-1.0, -1.0)
+    assert f[-3:-1] == (-1.0, -1.0)
+    assert f[-1] == 0.0  # no fused path
+
+
+def _attention_module(heads: int, **change) -> OpSpec:
+    """An ``nn.MultiheadAttention`` self-attention call as extraction records it (ViT's:
+    query, key and value one tensor, batch first, no weights asked for), changed by
+    ``change`` (``attrs`` entries, or the ``args`` or ``kwargs`` whole)."""
+    spec = json.loads(
+        _module("activation.MultiheadAttention", [[8, 50, 768]], [[8, 50, 768]],
+                embed_dim=768, num_heads=heads, kdim=768, vdim=768, batch_first=True,
+                bias=True, bias_k=None, bias_v=None, add_bias_kv=False, add_zero_attn=False,
+                dropout=0.0, head_dim=768 // heads)
+    )  # fmt: skip
+    spec["args"] = [{"__tensor__": 0}] * 3
+    spec["kwargs"] = {"need_weights": False}
+    for key, value in change.items():
+        spec[key] = {**spec[key], **value} if key == "attrs" else value
+    return OpSpec(spec, None)
+
+
+def test_the_fused_attention_path_is_told_from_the_module_call() -> None:
+    from opcost.model.shapes import fast_path
+
+    assert fast_path(_attention_module(12))
+    assert not fast_path(_attention_module(3))  # an odd number of heads
+    assert not fast_path(_attention_module(12, kwargs={"need_weights": True}))
+    assert not fast_path(_attention_module(12, kwargs={}))  # weights by default
+    two = [{"__tensor__": 0}, {"__tensor__": 1}, {"__tensor__": 1}]
+    assert not fast_path(_attention_module(12, args=two))  # cross-attention
+    assert not fast_path(_attention_module(12, attrs={"batch_first": False}))
+    relu = json.loads(_module("activation.ReLU", [[2, 8, 4, 4]], [[2, 8, 4, 4]], inplace=False))
+    assert not fast_path(OpSpec(relu, None))
+
+
+def test_the_fused_attention_path_runs_fewer_kernels_in_the_committed_samples() -> None:
+    """Measured: the attention modules the op space sampled ran 3-6 kernels in inference
+    where PyTorch's conditions for its fused path hold, 7 or more elsewhere."""
+    from opcost.model.shapes import fast_path
+
+    tables = [pd.read_parquet(p) for p in sorted(OP_SPACE.glob("h*/*.parquet"))]
+    rows = pd.concat(tables, ignore_index=True)
+    mha = "torch.nn.modules.activation.MultiheadAttention"
+    rows = rows[(rows["op_type"] == mha) & (rows["status"] == "ok")]
+    inference = rows[rows["mode"] == "inference"]
+    fused = np.array([fast_path(OpSpec(json.loads(s), None)) for s in inference["spec"]])
+    kernels = inference["n_kernels"].to_numpy()
+    assert fused.sum() > 300
+    assert (~fused).sum() > 300
+    assert np.mean(kernels[fused] <= 6) > 0.95
+    assert np.mean(kernels[~fused] >= 7) > 0.9
+    # In training no fused path runs: as many kernels either way (a median of 40 or more).
+    training = rows[rows["mode"] == "training"]
+    fused_t = np.array([fast_path(OpSpec(json.loads(s), None)) for s in training["spec"]])
+    k = training["n_kernels"].to_numpy()
+    assert np.median(k[fused_t]) >= 35
+    assert np.median(k[~fused_t]) >= 35
