@@ -106,9 +106,9 @@ def test_a_round_samples_with_the_newest_generator_unless_it_names_one():
     assert osw.op_space_sampling_params(study)["generator"] == 2
     assert osw.op_space_round_params(study, 2)["generator"] == 2
     assert osw.op_space_round_params(study, 3)["generator"] == 1
-    assert tuple(range(1, 20)) == opspace.GENERATORS
-    config = _config([{**ROUND_2, "generator": 20}])
-    with pytest.raises(ConfigError, match=r"op_space\.rounds\.0\.generator: 20 is not allowed"):
+    assert tuple(range(1, 21)) == opspace.GENERATORS
+    config = _config([{**ROUND_2, "generator": 21}])
+    with pytest.raises(ConfigError, match=r"op_space\.rounds\.0\.generator: 21 is not allowed"):
         load_study(config)
 
 
@@ -367,6 +367,12 @@ def test_the_op_space_config_records_each_rounds_allocation(repo):
         {"samples": {"linear": 300}, "power_samples": 2, "generator": 19, "gpus": ["h200"]},
         {
             "samples": {"linear": 300}, "power_samples": 2, "generator": 19,
+            "gpus": ["h200-notf32"],
+        },
+        # Rounds 48 and 49: a transformer block's attention (generator 20).
+        {"samples": {"attention": 300}, "power_samples": 2, "generator": 20, "gpus": ["h200"]},
+        {
+            "samples": {"attention": 300}, "power_samples": 2, "generator": 20,
             "gpus": ["h200-notf32"],
         },
     ]  # fmt: skip

@@ -57,9 +57,10 @@ COLUMNS = ("op_id", "family", "type", "kind", "spec", "sample", "round", "genera
 #: 2 to 12, 15, 16 and 18 changed convolutions only (:func:`opcost.opspace_conv.params`), 13 and 14
 #: norms only (:func:`opcost.opspace_ops._norm`), 17 matrix products only
 #: (:func:`opcost.opspace_ops._matmul`), 19 linear layers only
-#: (:func:`opcost.opspace_ops._linear`); a family a version leaves maps as the version
+#: (:func:`opcost.opspace_ops._linear`), 20 attention only
+#: (:func:`opcost.opspace_ops._attention`); a family a version leaves maps as the version
 #: before.
-GENERATORS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19)
+GENERATORS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20)
 
 
 class OpSpaceError(OpcostError, ValueError):

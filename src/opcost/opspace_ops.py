@@ -163,7 +163,12 @@ def _matmul_call(p: dict[str, Any]) -> Call:
     return _f(fn[p["type"]], a, b)
 
 
-def _attention(u: Sequence[float]) -> dict[str, Any]:
+def _attention(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
+    """Attention: ``nn.MultiheadAttention`` (self-attention) or
+    ``scaled_dot_product_attention``, 1-16 heads and 16-1,024 tokens log-uniform; from
+    generator 20 on, :func:`_transformer_attention`."""
+    if generator >= 20:
+        return _transformer_attention(u)
     head_dim = pick(u[2], [32, 64, 128], [0.3, 0.5, 0.2])
     return {
         "type": pick(u[0], ["mha", "sdpa"], [0.6, 0.4]),
@@ -171,6 +176,30 @@ def _attention(u: Sequence[float]) -> dict[str, Any]:
         "heads": log_int(u[3], 1, 16),
         "head_dim": head_dim,
         "tokens": log_int(u[4], 16, 1024),
+    }
+
+
+#: Generator 20's heads of a transformer's attention, and how often each: DeiT-Tiny's 3,
+#: ViT-Small's 6, ViT-Base's 12, ViT-Large's and ViT-Huge's 16, and between.
+TRANSFORMER_HEADS = ((2, 3, 4, 6, 8, 12, 16), (0.1, 0.05, 0.15, 0.15, 0.2, 0.2, 0.15))
+
+
+def _transformer_attention(u: Sequence[float]) -> dict[str, Any]:
+    """A transformer block's attention: ``nn.MultiheadAttention`` seven times in ten (a
+    self-attention as ViT calls it, which PyTorch runs fused in inference for an even
+    number of heads), else ``scaled_dot_product_attention``; heads of :data:`HEAD_DIMS`,
+    :data:`TRANSFORMER_HEADS` of them, an attention block's :data:`ATTENTION_TOKENS`
+    (ViT's 50 and 197, windows of 49 and 64, maps of 196-1,024), a power-of-two batch
+    (1-256). The other versions draw heads and tokens log-uniformly and the batch at any
+    size: held out of the op models of rounds 1-47, attention was within a median 7-10 %,
+    but vit_b_32's (12 heads of 64, 50 tokens, batch 64) ran about half
+    the time its models predict (docs/op-space.md, round 48)."""
+    return {
+        "type": pick(u[0], ["mha", "sdpa"], [0.7, 0.3]),
+        "batch": power_of_two(u[1], 1, 256),
+        "heads": pick(u[3], *TRANSFORMER_HEADS),
+        "head_dim": pick(u[2], *HEAD_DIMS),
+        "tokens": pick(u[4], *ATTENTION_TOKENS),
     }
 
 
@@ -413,7 +442,7 @@ def _view_call(p: dict[str, Any]) -> Call:
 
 
 #: The families here whose map from the unit cube depends on the generator version.
-VERSIONED_FAMILIES = frozenset({"linear", "norm", "matmul"})
+VERSIONED_FAMILIES = frozenset({"linear", "norm", "matmul", "attention"})
 
 #: Each family's dimensions in the unit cube, its map from a point to parameters and its
 #: call, in the order :data:`opcost.opspace.FAMILIES` lists them after convolutions.
