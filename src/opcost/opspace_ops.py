@@ -63,11 +63,10 @@ def _block_linear(u: Sequence[float]) -> dict[str, Any]:
     head = ratio is None
     if head:
         fout = HEAD_CLASSES if beyond(u[4]) < 0.5 else width(beyond(u[4]), 8, 8192)
-    else:
-        fin_fout = (d, round_to(round(d * ratio), 8)) if ratio >= 1 else None
-        if fin_fout is None:  # a contraction: the block's width out, the expansion in
-            fin_fout = (round_to(round(d / ratio), 8), d)
-        d, fout = fin_fout
+    elif ratio >= 1:  # the block's width in
+        fout = round_to(round(d * ratio), 8)
+    else:  # a contraction: the block's width out, the expansion in
+        d, fout = round_to(round(d / ratio), 8), d
     on_map = not head and u[1] < 0.5
     return {
         "batch": power_of_two(u[0], 1, 256),

@@ -160,7 +160,7 @@ _MHA = "torch.nn.modules.activation.MultiheadAttention"
 def fast_path(op: OpSpec) -> bool:
     """Whether an ``nn.MultiheadAttention`` call meets the conditions under which PyTorch
     runs it, in inference, as one fused op (``torch._native_multi_head_attention``: the
-    projections and attention in 3-5 kernels instead of 7-9): self-attention (query, key
+    projections and attention in 3-6 kernels instead of 7-11): self-attention (query, key
     and value one tensor), batch first, an even number of heads, the key's and value's
     widths the embedding's, no added key/value bias or zero attention, no mask, and no
     attention weights asked for. Of the op space's attention modules measured in
