@@ -14,7 +14,7 @@ from opcost import harness, profile
 from opcost.config import GpuConfig
 from opcost.extract import extract_model_input
 from opcost.names import ModelInput, parse_setting
-from opcost.schemas import GPU_ONLY_FIELDS, RECORD_FIELDS
+from opcost.record_schema import GPU_ONLY_FIELDS, RECORD_FIELDS
 
 CONV_SPEC = {
     "kind": "module",

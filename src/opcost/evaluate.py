@@ -8,7 +8,7 @@ failed one (:data:`opcost.schemas.FAILED`)::
     dataset, failures = evaluate_gpu("results/raw/h100", "h100")
     write_dataset(dataset, failures, "results/dataset/h100.parquet", "h100.failed.parquet")
 
-A record is checked against :data:`opcost.schemas.RECORD_FIELDS` when it is read. The
+A record is checked against :data:`opcost.record_schema.RECORD_FIELDS` when it is read. The
 formulas (thesis 3.4, (3.1)-(3.9)) are in :mod:`opcost.method`; docs/method.md describes
 them and the choices made where the thesis is ambiguous, docs/formats.md the files.
 """
@@ -30,14 +30,8 @@ from opcost.errors import OpcostError
 from opcost.io import write_parquet_atomic
 from opcost.method import power_columns, time_only_power_columns
 from opcost.powerlog import PowerLogError, read_power_log
-from opcost.schemas import (
-    BREAKDOWN,
-    DATASET,
-    FAILED,
-    RECORD_FIELDS,
-    RECORD_SCHEMA_VERSION,
-    REQUIRED_WHEN_OK,
-)
+from opcost.record_schema import RECORD_FIELDS, RECORD_SCHEMA_VERSION, REQUIRED_WHEN_OK
+from opcost.schemas import BREAKDOWN, DATASET, FAILED
 
 #: Kind of measurement -> subfolder of ``results/raw/{gpu}/{setting}/{mode}``.
 KIND_DIRS = {"op": "ops", "network": "networks"}

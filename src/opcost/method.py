@@ -64,7 +64,7 @@ def power_columns(
 ) -> dict[str, Any]:
     """The power, energy and condition columns of a measurement with a power log.
 
-    ``record`` is the checked benchmark record (``opcost.schemas.RECORD_FIELDS``),
+    ``record`` is the checked benchmark record (``opcost.record_schema.RECORD_FIELDS``),
     ``utc_offset_s`` its ``utc_offset_s``. Raises PowerLogError (naming the CSV) when the
     log does not cover the timed window (:func:`check_coverage`).
     """

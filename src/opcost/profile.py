@@ -40,7 +40,7 @@ from opcost.errors import OpcostError
 from opcost.io import staged_path
 from opcost.names import ModelInput, Setting
 from opcost.publish import collecting_own_garbage, publish_read_only, write_synced
-from opcost.schemas import RECORD_SCHEMA_VERSION
+from opcost.record_schema import RECORD_SCHEMA_VERSION
 
 SCHEMA_VERSION = RECORD_SCHEMA_VERSION
 

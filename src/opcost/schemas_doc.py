@@ -1,4 +1,5 @@
-"""The Markdown tables of docs/formats.md, generated from :mod:`opcost.schemas`.
+"""The Markdown tables of docs/formats.md, generated from :mod:`opcost.schemas` and
+:mod:`opcost.record_schema`.
 
 Each ``<!-- schema:NAME -->`` ... ``<!-- /schema -->`` block of a page holds the table of
 the declaration whose key is NAME (``record`` for the benchmark record's fields).
@@ -13,8 +14,9 @@ import re
 import sys
 from pathlib import Path
 
-from opcost import schemas
-from opcost.schemas import RecordField, Table
+from opcost import record_schema, schemas
+from opcost.record_schema import RecordField
+from opcost.schemas import Table
 
 
 def _cell(text: str) -> str:
@@ -46,7 +48,7 @@ def record_markdown() -> str:
         "| key | type | unit | range | checked | meaning |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
-    for key, f in schemas.RECORD_FIELDS.items():
+    for key, f in record_schema.RECORD_FIELDS.items():
         types = " or ".join(f.types) + (" or null" if f.nullable and f.checked else "")
         checked = "yes" if f.checked else ""
         lines.append(
