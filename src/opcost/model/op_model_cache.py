@@ -70,7 +70,7 @@ def cached_op_models(data: Path, log: Callable[[str], None] = lambda line: None)
     settings = schema_defaults("op_space", "model")
     staging = target.with_name(f".{target.name}.{os.getpid()}.partial")
     shutil.rmtree(staging, ignore_errors=True)
-    log(f"building the op models from {data} once (about 45 s on 2 cores); cached in {target}")
+    log(f"building the op models from {data} once (about 1.5 min on 2 cores); cached in {target}")
     for gpu in gpus:
         inputs = op_space_data_inputs(data, gpu, settings["pool_gpus"])
         op_models_job.run_train_op_models(
@@ -95,7 +95,7 @@ def cached_op_models(data: Path, log: Callable[[str], None] = lambda line: None)
 
 def _prune(keep: Path) -> None:
     """Remove all but the :data:`KEPT` most recently built sets of op models (``keep``
-    among them): each is about 45 MB."""
+    among them): each is about 120 MB."""
     built = [p for p in keep.parent.iterdir() if p.is_dir() and not p.name.startswith(".")]
     built.sort(key=lambda p: (p == keep, p.stat().st_mtime), reverse=True)
     for old in built[KEPT:]:
