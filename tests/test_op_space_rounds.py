@@ -375,6 +375,12 @@ def test_the_op_space_config_records_each_rounds_allocation(repo):
             "samples": {"attention": 300}, "power_samples": 2, "generator": 20,
             "gpus": ["h200-notf32"],
         },
+        # Rounds 50 and 51: grouped convolutions by their groups, timed from a graph too.
+        {
+            "samples": {"conv": 300}, "power_samples": 2, "generator": 10,
+            "gpus": ["h200-notf32"],
+        },
+        {"samples": {"conv": 300}, "power_samples": 2, "generator": 10, "gpus": ["h200"]},
     ]  # fmt: skip
     study = load_study_file(repo / "config/op-space.yaml")
     samples = study.config["op_space"]["samples"]

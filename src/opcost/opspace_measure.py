@@ -8,6 +8,11 @@ An op-space job (:func:`measure_chunk`) measures one chunk of the sampled config
   sum of a step's kernel durations on the device, which needs no 1-s window;
 * **host time**: the untraced time to issue one step (:func:`opcost.tracing._host_times`,
   ``HOST_REPEATS`` bursts);
+* **time from a CUDA graph** (``graph_time_s``, CUDA only): per call, the step captured
+  in a graph of :func:`graph_repeats` steps and replayed for at least ``GRAPH_TIMED_S``
+  (:func:`graph_time_s`). A graph may run kernels of a call at once that eager launches
+  leave apart (cuDNN's per-group kernels of a grouped convolution); the op models learn
+  the share from it (:func:`opcost.model.opmodel.graph_share`);
 * a *long* step (its second warm-up step's wall time at least ``LONG_STEP_S``) repeats
   least: ``LONG_REPEATS`` (:func:`repeats`) gives its warm-up steps, traced steps and
   host bursts. Its kernel times vary by a few tenths of a per cent from step to step,
@@ -65,6 +70,8 @@ POWER_WINDOW_S = 1.0
 #: GPU time of one CUDA-graph replay in a power window, and the most steps one holds.
 GRAPH_REPLAY_GPU_S = 1e-3
 GRAPH_MAX_REPEATS = 256
+#: The least time the replays of :func:`graph_time_s` run for (at least two replays).
+GRAPH_TIMED_S = 5e-3
 IDLE_WINDOW_S = 1.0
 MODES = ("inference", "training")
 #: Columns of a chunk's table, in order: every chunk has all of them (a configuration
@@ -75,7 +82,8 @@ COLUMNS = (
     *("gpu_busy_time_s", "forward_gpu_busy_time_s"),
     *("n_kernels", "forward_n_kernels", "host_time_s", "sigma_host_time_s"),
     *("forward_host_time_s", "block_size", "inplace_substituted"),
-    *("power_w", "power_window_s", "power_time_s", "power_graphed", "measure_s"),
+    *("power_w", "power_window_s", "power_time_s", "power_graphed", "graph_time_s"),
+    *("measure_s",),
     *("finished_unix_s",),
     *("gpu", "device", "dtype", "tf32", "gpu_name", "gpu_uuid", "torch_version"),
     *("cuda_version", "host", "started_unix_s", "driver_version", "host_cpu", "sync_s"),
@@ -111,6 +119,30 @@ def _power_window(
         "power_time_s": window.step_s / run.calls_per_step,
         "power_graphed": graphed,
     }
+
+
+def graph_time_s(
+    workload: harness.Workload, device: torch.device, step_gpu_s: float
+) -> float | None:
+    """Time per call of ``workload``'s step replayed from a CUDA graph of
+    :func:`graph_repeats` steps: the wall time of as many replays as run for
+    ``GRAPH_TIMED_S`` (at least two, after one untimed), each ending with the GPU's
+    work; None where the step cannot be captured or the device is no GPU."""
+    try:
+        run = harness.graphed(workload, device, graph_repeats(step_gpu_s))
+    except harness.GraphCaptureFailed:
+        return None
+    replay_s = max(step_gpu_s, 0.0) * graph_repeats(step_gpu_s)
+    n = max(2, math.ceil(GRAPH_TIMED_S / replay_s)) if replay_s > 0 else 2
+    with run.context(), harness._no_cyclic_gc():
+        run.step()
+        harness._sync(device)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            run.step()
+        harness._sync(device)
+        elapsed = time.perf_counter() - t0
+    return elapsed / (n * run.calls_per_step)
 
 
 def repeats(warm_step_s: float) -> tuple[int, int, int]:
@@ -195,7 +227,10 @@ def _measure(
             **tracing.host_figures(bursts.host, bursts.host_fwd, calls),
             "block_size": workload.block_size,
             "inplace_substituted": workload.inplace_substituted,
+            "graph_time_s": None,
         }
+        if device.type == "cuda":
+            row["graph_time_s"] = graph_time_s(workload, device, row["gpu_time_s"] * calls)
         if counter is not None:
             row.update(_power_window(workload, device, counter, row["gpu_time_s"] * calls))
     finally:
