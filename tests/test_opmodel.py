@@ -413,6 +413,64 @@ def test_the_busy_share_is_learnt_where_kernels_overlap() -> None:
     np.testing.assert_array_equal(predicted[no_record], 1.0)
 
 
+def test_graph_share_is_a_graphed_windows_time_per_call_over_the_busy_time() -> None:
+    rows = pd.DataFrame(
+        {
+            "power_graphed": [True, True, False, None, True],
+            "power_time_s": [30e-6, 12e-6, 10e-6, np.nan, 5e-6],
+            "gpu_busy_time_s": [100e-6, 10e-6, 10e-6, 10e-6, np.nan],
+            "n_kernels": [64.0, 1.0, 1.0, 1.0, 1.0],
+        }
+    )
+    share = opmodel.graph_share(rows)
+    np.testing.assert_allclose(share[:2], [0.3, 1.0])  # one kernel: 1
+    np.testing.assert_allclose(opmodel.graph_share(rows.drop(columns="n_kernels"))[:2], [0.3, 1.2])
+    assert np.isnan(share[2:]).all()  # eager window, none, no busy time
+    assert np.isnan(opmodel.graph_share(rows.drop(columns="power_graphed"))).all()
+    # A sample timed from a graph: that time, whatever its power window.
+    timed = rows.assign(graph_time_s=[50e-6, np.nan, 8e-6, 10e-6, 1e-6])
+    share = opmodel.graph_share(timed)
+    np.testing.assert_allclose(share[:4], [0.5, 1.0, 1.0, 1.0])
+    assert np.isnan(share[4])
+    # In training, the kernels of its longer pass: 64 = 16 forward + 48 backward has 48.
+    training = timed.assign(mode="training", forward_n_kernels=[16.0, 1.0, 1.0, 1.0, 1.0])
+    np.testing.assert_array_equal(opmodel.kernels_per_pass(training), [48, 1, 1, 1, 1])
+    np.testing.assert_allclose(opmodel.graph_share(training)[:2], [0.5, 1.0])
+
+
+def test_the_graph_share_is_learnt_where_a_graph_runs_kernels_at_once() -> None:
+    """From a CUDA graph, cuDNN's per-group kernels of a grouped convolution run at once
+    where eager launches leave them apart: rounds 16-17 and 35 (H200, TF32 off) windowed
+    their samples from graphs. The model predicts a call's busy time from a graph, never
+    above its eager busy time, short where the windows were, and equal to it for a
+    family with fewer graphed windows than ``MIN_GRAPH_WINDOWS`` (round 47's linear
+    layers: 2)."""
+    files = ["r16-0.parquet", "r17-0.parquet", "r35-0.parquet", "r47-0.parquet"]
+    table = pd.concat([pd.read_parquet(DATA / "h200-notf32" / f) for f in files])
+    table = table.reset_index(drop=True)
+    model = opmodel.fit(table, "h200-notf32", _make)
+    assert "graph" in model.families["conv"].fits
+    rows = table[(table["status"] == "ok") & (table["gpu_time_s"] > 0)]
+    p = model.predict(rows[["spec", "mode", "op_type"]], isolated=True)
+    predicted = (p["graph_busy_time_s"] / p["gpu_busy_time_s"]).to_numpy()
+    fwd = (p["forward_graph_busy_time_s"] / p["forward_gpu_busy_time_s"]).to_numpy()
+    assert (predicted <= 1.0).all()
+    np.testing.assert_allclose(fwd, predicted, rtol=1e-12)
+    # A call of a few kernels a pass runs them one after the other, from a graph too.
+    few = opmodel.kernels_per_pass(p.assign(mode=rows["mode"].to_numpy())) <= 8
+    assert few.sum() >= 100
+    np.testing.assert_array_equal(predicted[few], 1.0)
+    measured = opmodel.graph_share(rows)
+    conv = (p["family"] == "conv").to_numpy()
+    at_once = conv & (measured < 0.5)
+    serial = conv & (measured >= 1.0)
+    assert at_once.sum() >= 20
+    assert np.median(predicted[at_once]) < 0.7
+    assert np.median(predicted[serial]) > 0.95
+    assert "graph" not in model.families["linear"].fits
+    np.testing.assert_array_equal(predicted[(p["family"] == "linear").to_numpy()], 1.0)
+
+
 def _conv_spec(n: int, cin: int, cout: int, hw: int) -> str:
     from opcost import opspace
 

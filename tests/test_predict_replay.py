@@ -74,6 +74,12 @@ def test_training_step_is_forward_then_reversed_backward() -> None:
     assert list(steps["gpu"]) == [2.0, 0.5, 1.5, 6.0]
     inference = step_entries(["a", "b", "a"], pred, training=False)
     assert list(inference["host"]) == [10.0, 4.0, 10.0]
+    # Without graph busy times, a graph's entries take the busy times.
+    assert list(steps["graph"]) == list(steps["gpu"])
+    graphed = pred.assign(graph_busy_time_s=[4.0, 1.0], forward_graph_busy_time_s=[1.0, 0.5])
+    steps = step_entries(["a", "b"], graphed, training=True)
+    assert list(steps["graph"]) == [1.0, 0.5, 0.5, 3.0]
+    assert list(steps["gpu"]) == [2.0, 0.5, 1.5, 6.0]
 
 
 def test_replay_matches_a_hand_timeline(model: opmodel.OpModel, network: pd.DataFrame) -> None:
@@ -102,11 +108,15 @@ def test_replay_matches_a_hand_timeline(model: opmodel.OpModel, network: pd.Data
     assert row["n_ops"] == 2
     assert row["n_calls"] == 3
     # From a CUDA graph the host issues nothing: the kernels run back to back, a graph's
-    # gap apart, and the GPU waits only in those gaps.
-    graph_s = 2 * (g[0] + k[0] * GRAPH_KERNEL_GAP_S) + g[1] + k[1] * GRAPH_KERNEL_GAP_S
+    # gap apart, each call for its busy time from a graph, and the GPU waits only in the
+    # gaps.
+    gg = p["graph_busy_time_s"].to_numpy()
+    assert (gg <= g).all()
+    graph_s = 2 * (gg[0] + k[0] * GRAPH_KERNEL_GAP_S) + gg[1] + k[1] * GRAPH_KERNEL_GAP_S
     assert row["graph_time_s"] == pytest.approx(graph_s, rel=1e-12)
+    graph_gpu_s = 2 * gg[0] + gg[1]
     graph_j = (
-        energy - model.wait_power_w * (time_s - gpu_s) + model.wait_power_w * (graph_s - gpu_s)
+        2 * gg[0] * busy_w[0] + gg[1] * busy_w[1] + model.wait_power_w * (graph_s - graph_gpu_s)
     )
     assert row["graph_energy_j"] == pytest.approx(graph_j, rel=1e-12)
     assert row["graph_time_s"] <= row["time_s"]

@@ -15,7 +15,8 @@ passes in reverse), are replayed on a host thread and a GPU stream (:mod:`opcost
   step; ``bound``: ``host`` or ``gpu``, whichever is busy longer, sets the pace. Where the
   host does, the GPU barely changes the time;
 * ``graph_time_s`` and ``graph_energy_j``: the step run from a CUDA graph
-  (:func:`opcost.replay.graph_replay`: no host time, kernels back to back), where the
+  (:func:`opcost.replay.graph_replay`: no host time, kernels back to back, each call's
+  for its busy time from a graph, ``graph_busy_time_s``, at its busy power), where the
   host's share vanishes and the GPU alone sets the time.
 
 Ops whose type the op space never sampled are predicted by a stand-in (the elementwise
@@ -54,6 +55,8 @@ _STEP_COLUMNS = {
     # where they run on several streams at once.
     "gpu": ("gpu_busy_time_s", "forward_gpu_busy_time_s"),
     "n": ("n_kernels", "forward_n_kernels"),
+    # From a CUDA graph, kernels that eager launches leave apart may run at once.
+    "graph": ("graph_busy_time_s", "forward_graph_busy_time_s"),
 }
 
 
@@ -78,10 +81,15 @@ def call_sequence(net_ops: pd.DataFrame) -> list[str]:
 
 
 def step_entries(seq: Sequence[str], ops: pd.DataFrame, training: bool) -> pd.DataFrame:
-    """The replayed step's entries (``op_id``, ``host``, ``gpu``, ``n`` kernels, ``phase``)
-    from per-op predictions indexed by op id: inference, each call; training, each
-    call's forward part in order, then each call's backward part in reverse order."""
+    """The replayed step's entries (``op_id``, ``host``, ``gpu``, ``n`` kernels, ``graph``:
+    the GPU's busy time from a CUDA graph, ``phase``) from per-op predictions indexed by
+    op id: inference, each call; training, each call's forward part in order, then each
+    call's backward part in reverse order. Predictions without graph busy times take the
+    busy times for them."""
     o = ops.reindex(list(seq))
+    for graph, gpu in zip(_STEP_COLUMNS["graph"], _STEP_COLUMNS["gpu"], strict=True):
+        if graph not in o:
+            o[graph] = o[gpu]
     whole = {k: o[c[0]].to_numpy(dtype=float) for k, c in _STEP_COLUMNS.items()}
     ids = o.index.to_numpy()
     if not training:
@@ -163,8 +171,16 @@ def replay_networks(
                 busy_j = float(np.nansum(gpu_s * busy_w))
                 gpu_sum = float(gpu_s.sum())
                 energy = rp.step_energy_j(busy_j, model.wait_power_w, r.time_s, gpu_sum)
-                graph = rp.graph_replay(list(steps["gpu"]), list(steps["n"]))
-                graph_energy = rp.step_energy_j(busy_j, model.wait_power_w, graph.time_s, gpu_sum)
+                # Busy power is learnt from windows run from graphs: the power of a
+                # call's kernels as a graph runs them, for their busy time there.
+                graph_gpu_s = steps["graph"].to_numpy()
+                graph = rp.graph_replay(list(graph_gpu_s), list(steps["n"]))
+                graph_energy = rp.step_energy_j(
+                    float(np.nansum(graph_gpu_s * busy_w)),
+                    model.wait_power_w,
+                    graph.time_s,
+                    float(graph_gpu_s.sum()),
+                )
                 if not np.isfinite(energy):
                     energy = np.nan
                 if not np.isfinite(graph_energy):

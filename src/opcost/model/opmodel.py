@@ -23,6 +23,13 @@ data):
   samples that record it: below 1 where cuDNN runs a grouped convolution's kernels on
   several streams at once. ``gpu_busy_time_s`` = GPU time × share (1 for a family
   without such samples): what a replay's GPU stream is busy for;
+* the **graph share**: the time a call takes replayed from a CUDA graph over its busy
+  time, at most 1, ``log``, from the samples timed from a graph (``graph_time_s``) or
+  whose power window ran from one (``power_graphed``): below 1 where a graph runs
+  kernels at once that eager launches leave apart, as cuDNN's per-group kernels of a
+  grouped convolution; 1 for a call of at most :data:`GRAPH_MIN_KERNELS` kernels a
+  pass; learnt for a family with :data:`MIN_GRAPH_WINDOWS` such samples or more, else 1.
+  ``graph_busy_time_s`` = busy time × share: what a graph replay's GPU is busy for;
 * **host time** per call (``log``), relative to the host-speed probe of the chunk it was
   measured in, so that a prediction can be for another host
   (``host_time = ratio * probe``);
@@ -64,6 +71,13 @@ KERNEL_GAP_S = 1e-6
 #: least :data:`AUXILIARY_MIN_TREES`). Their errors are those of the full forests
 #: (docs/op-space.md, "Model size"), and the model files stay small enough to ship.
 MAIN_TARGETS = ("time",)
+#: The most kernels a pass of a call may run and keep its graph share at 1: of the samples
+#: timed from a graph (H100, H200, TF32 on and off), those of at most 8 kernels a pass ran
+#: a mean 1.00-1.09 of their busy time, those of more than 64 a mean 0.53-0.78.
+GRAPH_MIN_KERNELS = 8
+#: The least samples timed from a graph a family learns its graph share from (a tree's
+#: prediction is an average of its samples: a few would set every op's share).
+MIN_GRAPH_WINDOWS = 20
 #: The percentile of the samples' time per kernel taken as the shortest kernel a call
 #: costs (``OpModel.kernel_floor_s``): the 1st, which one stray fast sample cannot move.
 KERNEL_FLOOR_PERCENTILE = 1.0
@@ -134,9 +148,10 @@ class OpModel:
         """Per row of ``ops`` (columns ``spec``, ``mode``; the configuration's numerics are
         the model's): ``gpu_time_s``, ``forward_gpu_time_s``, ``n_kernels``,
         ``forward_n_kernels``, ``gpu_busy_time_s``, ``forward_gpu_busy_time_s``,
-        ``host_time_s``, ``forward_host_time_s``, ``efficiency``,
-        ``roofline_time_s``, ``busy_power_w``, ``family``; host times for a host whose
-        probe is ``host_probe_s`` (default: the one measured with the training data). In
+        ``graph_busy_time_s``, ``forward_graph_busy_time_s``, ``host_time_s``,
+        ``forward_host_time_s``, ``efficiency``, ``roofline_time_s``, ``busy_power_w``,
+        ``family``; host times for a host whose probe is ``host_probe_s`` (default: the
+        one measured with the training data). In
         training, host times, GPU times and kernels are those of a call in a network (the
         leaf inputs' gradient accumulation and the copies of their gradients taken off,
         :mod:`opcost.model.leaf_grads`; ``ops`` may carry the copies in its
@@ -153,7 +168,7 @@ class OpModel:
         roof = out["roofline_time_s"].to_numpy()
         targets = {
             t: np.full(len(rows), np.nan)
-            for t in ("time", "kernels", "host", "fwd_gpu", "fwd_host", "fwd_k", "busy")
+            for t in ("time", "kernels", "host", "fwd_gpu", "fwd_host", "fwd_k", "busy", "graph")
         }
         families = fam.to_numpy()
         for name in fam.unique():
@@ -204,6 +219,12 @@ class OpModel:
         out["busy_power_w"] = self._busy_power(out, rows)
         if not isolated and training.any():
             self._without_leaf_copies(out, rows, training, busy)
+        graph = np.exp(np.minimum(np.nan_to_num(targets["graph"], nan=0.0), 0.0))
+        graph = np.where(
+            kernels_per_pass(out.assign(mode=rows["mode"])) > GRAPH_MIN_KERNELS, graph, 1.0
+        )
+        out["graph_busy_time_s"] = out["gpu_busy_time_s"] * graph
+        out["forward_graph_busy_time_s"] = out["forward_gpu_busy_time_s"] * graph
         return out.drop(columns=["host_ratio", "fwd_gpu", "fwd_host", "fwd_k"])
 
     def _without_leaf_copies(
@@ -313,6 +334,44 @@ def shortest_kernel_s(rows: pd.DataFrame) -> float:
     return float(np.percentile(g[ok] / k[ok], KERNEL_FLOOR_PERCENTILE)) if ok.any() else 0.0
 
 
+def graph_share(rows: pd.DataFrame) -> np.ndarray:
+    """Each sample's time per call replayed from a CUDA graph (``graph_time_s``, else its
+    power window's where that ran from a graph: ``power_graphed``) over its busy time;
+    NaN where not measured so. A call of at most :data:`GRAPH_MIN_KERNELS` kernels a pass
+    has 1: its kernels depend on each other, and what its time measures beyond them is a
+    graph's gap, which a replay adds. A graph may run at once the many kernels of a call
+    that eager launches leave apart (cuDNN's per-group kernels)."""
+    if "gpu_busy_time_s" not in rows:
+        return np.full(len(rows), np.nan)
+    per_call = np.full(len(rows), np.nan)
+    if "power_graphed" in rows and "power_time_s" in rows:
+        graphed = rows["power_graphed"].fillna(False).astype(bool).to_numpy()
+        window = pd.to_numeric(rows["power_time_s"], errors="coerce").to_numpy(dtype=float)
+        per_call = np.where(graphed, window, np.nan)
+    if "graph_time_s" in rows:
+        timed = pd.to_numeric(rows["graph_time_s"], errors="coerce").to_numpy(dtype=float)
+        per_call = np.where(np.isfinite(timed), timed, per_call)
+    busy = pd.to_numeric(rows["gpu_busy_time_s"], errors="coerce").to_numpy(dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where((busy > 0) & (per_call > 0), per_call / busy, np.nan)
+    if "n_kernels" in rows:
+        few = kernels_per_pass(rows) <= GRAPH_MIN_KERNELS
+        share = np.where(few & np.isfinite(share), 1.0, share)
+    return share
+
+
+def kernels_per_pass(rows: pd.DataFrame) -> np.ndarray:
+    """A call's kernels in its longer pass: all of them in inference, the forward's or the
+    backward's in training (``forward_n_kernels`` where given)."""
+    total = rows["n_kernels"].to_numpy(dtype=float)
+    if "mode" not in rows or "forward_n_kernels" not in rows:
+        return total
+    fwd = pd.to_numeric(rows["forward_n_kernels"], errors="coerce").to_numpy(dtype=float)
+    fwd = np.where(np.isfinite(fwd), fwd, total)
+    training = rows["mode"].to_numpy() == "training"
+    return np.where(training, np.maximum(fwd, total - fwd), total)
+
+
 def _targets(rows: pd.DataFrame, roof: np.ndarray, floor_s: float) -> dict[str, np.ndarray]:
     g = rows["gpu_time_s"].to_numpy()
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -329,7 +388,16 @@ def _targets(rows: pd.DataFrame, roof: np.ndarray, floor_s: float) -> dict[str, 
             ),
             "fwd_k": share(rows["forward_n_kernels"].to_numpy(), rows["n_kernels"].to_numpy()),
             "busy": np.log(np.clip(op_power.busy_share(rows), None, 1.0)),
+            "graph": np.log(np.clip(_graph_shares(rows), None, 1.0)),
         }
+
+
+def _graph_shares(rows: pd.DataFrame) -> np.ndarray:
+    """:func:`graph_share` of each row, as :func:`fit` took it before a peer's GPU times
+    were carried over (column ``_graph_share``), else from the row's own columns."""
+    if "_graph_share" in rows:
+        return rows["_graph_share"].to_numpy(dtype=float)
+    return graph_share(rows)
 
 
 def features(rows: pd.DataFrame, schema: FeatureSchema, roof: np.ndarray) -> pd.DataFrame:
@@ -364,7 +432,7 @@ def fit_family(
     fits = {}
     for target, y in _targets(rows, roof, kernel_floor_s).items():
         ok = np.isfinite(y)
-        if ok.sum() >= 2:
+        if ok.sum() >= (MIN_GRAPH_WINDOWS if target == "graph" else 2):
             regressor = make()
             if target not in MAIN_TARGETS:
                 _auxiliary(regressor)
@@ -415,6 +483,8 @@ def fit(
     measured (:func:`~opcost.model.op_power.peer_windows`); the host constants stay the
     configuration's own."""
     rows, pooled = pooled_rows(table, twin, peers)
+    # A peer's sample keeps the graph share of its own times (a ratio of two of them).
+    pooled["_graph_share"] = graph_share(pooled)
     name = str(table["gpu_name"].iloc[0])
     # Every sample of a GPU sets its peaks, ceilings and kernel floor.
     per_gpu = {}
