@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from opcost.config import schema_defaults
-from opcost.model import op_power, op_scores, op_tables, opmodel, shapes
+from opcost.model import op_power, op_scores, op_tables, opmodel, shapes, shares
 from opcost.model import roofline as rl
 from opcost.train import TrainConfig, make_regressor
 from opcost.validate.replay import WAIT_SHARE, busy_power_w, waiting_power_w
@@ -413,31 +413,6 @@ def test_the_busy_share_is_learnt_where_kernels_overlap() -> None:
     np.testing.assert_array_equal(predicted[no_record], 1.0)
 
 
-def test_graph_share_is_a_graphed_windows_time_per_call_over_the_busy_time() -> None:
-    rows = pd.DataFrame(
-        {
-            "power_graphed": [True, True, False, None, True],
-            "power_time_s": [30e-6, 12e-6, 10e-6, np.nan, 5e-6],
-            "gpu_busy_time_s": [100e-6, 10e-6, 10e-6, 10e-6, np.nan],
-            "n_kernels": [64.0, 1.0, 1.0, 1.0, 1.0],
-        }
-    )
-    share = opmodel.graph_share(rows)
-    np.testing.assert_allclose(share[:2], [0.3, 1.0])  # one kernel: 1
-    np.testing.assert_allclose(opmodel.graph_share(rows.drop(columns="n_kernels"))[:2], [0.3, 1.2])
-    assert np.isnan(share[2:]).all()  # eager window, none, no busy time
-    assert np.isnan(opmodel.graph_share(rows.drop(columns="power_graphed"))).all()
-    # A sample timed from a graph: that time, whatever its power window.
-    timed = rows.assign(graph_time_s=[50e-6, np.nan, 8e-6, 10e-6, 1e-6])
-    share = opmodel.graph_share(timed)
-    np.testing.assert_allclose(share[:4], [0.5, 1.0, 1.0, 1.0])
-    assert np.isnan(share[4])
-    # In training, the kernels of its longer pass: 64 = 16 forward + 48 backward has 48.
-    training = timed.assign(mode="training", forward_n_kernels=[16.0, 1.0, 1.0, 1.0, 1.0])
-    np.testing.assert_array_equal(opmodel.kernels_per_pass(training), [48, 1, 1, 1, 1])
-    np.testing.assert_allclose(opmodel.graph_share(training)[:2], [0.5, 1.0])
-
-
 def test_the_graph_share_is_learnt_where_a_graph_runs_kernels_at_once() -> None:
     """From a CUDA graph, cuDNN's per-group kernels of a grouped convolution run at once
     where eager launches leave them apart: rounds 16-17 and 35 (H200, TF32 off) windowed
@@ -457,10 +432,10 @@ def test_the_graph_share_is_learnt_where_a_graph_runs_kernels_at_once() -> None:
     assert (predicted <= 1.0).all()
     np.testing.assert_allclose(fwd, predicted, rtol=1e-12)
     # A call of a few kernels a pass runs them one after the other, from a graph too.
-    few = opmodel.kernels_per_pass(p.assign(mode=rows["mode"].to_numpy())) <= 8
+    few = shares.kernels_per_pass(p.assign(mode=rows["mode"].to_numpy())) <= 8
     assert few.sum() >= 100
     np.testing.assert_array_equal(predicted[few], 1.0)
-    measured = opmodel.graph_share(rows)
+    measured = shares.graph_share(rows)
     conv = (p["family"] == "conv").to_numpy()
     at_once = conv & (measured < 0.5)
     serial = conv & (measured >= 1.0)

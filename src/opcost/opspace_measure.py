@@ -12,7 +12,7 @@ An op-space job (:func:`measure_chunk`) measures one chunk of the sampled config
   in a graph of :func:`graph_repeats` steps and replayed for at least ``GRAPH_TIMED_S``
   (:func:`graph_time_s`). A graph may run kernels of a call at once that eager launches
   leave apart (cuDNN's per-group kernels of a grouped convolution); the op models learn
-  the share from it (:func:`opcost.model.opmodel.graph_share`);
+  the share from it (:func:`opcost.model.shares.graph_share`);
 * a *long* step (its second warm-up step's wall time at least ``LONG_STEP_S``) repeats
   least: ``LONG_REPEATS`` (:func:`repeats`) gives its warm-up steps, traced steps and
   host bursts. Its kernel times vary by a few tenths of a per cent from step to step,
@@ -126,13 +126,17 @@ def graph_time_s(
 ) -> float | None:
     """Time per call of ``workload``'s step replayed from a CUDA graph of
     :func:`graph_repeats` steps: the wall time of as many replays as run for
-    ``GRAPH_TIMED_S`` (at least two, after one untimed), each ending with the GPU's
-    work; None where the step cannot be captured or the device is no GPU."""
+    ``GRAPH_TIMED_S`` (at least two, after one untimed), synchronised once at the end so
+    that the host's launch of one replay hides behind the GPU's work of the last (as a
+    network's graph runs step after step; :func:`opcost.harness.measure` synchronises each
+    of its blocks, and a block here would be a replay or two); None where the step cannot
+    be captured or the device is no GPU."""
+    repeats = graph_repeats(step_gpu_s)
     try:
-        run = harness.graphed(workload, device, graph_repeats(step_gpu_s))
+        run = harness.graphed(workload, device, repeats)
     except harness.GraphCaptureFailed:
         return None
-    replay_s = max(step_gpu_s, 0.0) * graph_repeats(step_gpu_s)
+    replay_s = max(step_gpu_s, 0.0) * repeats
     n = max(2, math.ceil(GRAPH_TIMED_S / replay_s)) if replay_s > 0 else 2
     with run.context(), harness._no_cyclic_gc():
         run.step()

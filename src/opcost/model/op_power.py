@@ -26,6 +26,7 @@ import pandas as pd
 from opcost.model import roofline as rl
 from opcost.model import shapes
 from opcost.model.op_tables import sample_keys
+from opcost.model.shares import busy_share
 from opcost.model.trees import TreeEnsemble
 from opcost.validate.replay import WAIT_SHARE
 
@@ -38,16 +39,6 @@ POWER_FEATURES = ("training", "log_intensity", "efficiency", "log_kernel_s")
 #: Windows both GPUs measured that a family needs for a ratio of its own; with fewer, the
 #: family's peer windows take the median ratio over all families.
 MIN_POWER_PAIRS = 20
-
-
-def busy_share(rows: pd.DataFrame) -> np.ndarray:
-    """Each sample's busy time over its summed kernel time; NaN where not recorded."""
-    if "gpu_busy_time_s" not in rows:
-        return np.full(len(rows), np.nan)
-    g = rows["gpu_time_s"].to_numpy(dtype=float)
-    busy = pd.to_numeric(rows["gpu_busy_time_s"], errors="coerce").to_numpy(dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where((g > 0) & (busy > 0), busy / g, np.nan)
 
 
 def power_columns(families: tuple[str, ...]) -> list[str]:

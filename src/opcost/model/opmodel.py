@@ -27,8 +27,10 @@ data):
   time, at most 1, ``log``, from the samples timed from a graph (``graph_time_s``) or
   whose power window ran from one (``power_graphed``): below 1 where a graph runs
   kernels at once that eager launches leave apart, as cuDNN's per-group kernels of a
-  grouped convolution; 1 for a call of at most :data:`GRAPH_MIN_KERNELS` kernels a
-  pass; learnt for a family with :data:`MIN_GRAPH_WINDOWS` such samples or more, else 1.
+  grouped convolution; 1 for a call of at most
+  :data:`~opcost.model.shares.GRAPH_MIN_KERNELS` kernels a pass; learnt for a family
+  with :data:`MIN_GRAPH_WINDOWS` such samples or more, else 1. The shares are read from
+  the samples by :mod:`opcost.model.shares`.
   ``graph_busy_time_s`` = busy time × share: what a graph replay's GPU is busy for;
 * **host time** per call (``log``), relative to the host-speed probe of the chunk it was
   measured in, so that a prediction can be for another host
@@ -58,6 +60,7 @@ from opcost.model import roofline as rl
 from opcost.model.features import FeatureSchema, build_schema, encode_features
 from opcost.model.op_spec import family_of
 from opcost.model.op_tables import pooled_rows
+from opcost.model.shares import GRAPH_MIN_KERNELS, busy_share, graph_share, kernels_per_pass
 from opcost.model.trees import TreeEnsemble
 
 #: Families without kernels: GPU time 0.
@@ -71,10 +74,6 @@ KERNEL_GAP_S = 1e-6
 #: least :data:`AUXILIARY_MIN_TREES`). Their errors are those of the full forests
 #: (docs/op-space.md, "Model size"), and the model files stay small enough to ship.
 MAIN_TARGETS = ("time",)
-#: The most kernels a pass of a call may run and keep its graph share at 1: of the samples
-#: timed from a graph (H100, H200, TF32 on and off), those of at most 8 kernels a pass ran
-#: a mean 1.00-1.09 of their busy time, those of more than 64 a mean 0.53-0.78.
-GRAPH_MIN_KERNELS = 8
 #: The least samples timed from a graph a family learns its graph share from (a tree's
 #: prediction is an average of its samples: a few would set every op's share).
 MIN_GRAPH_WINDOWS = 20
@@ -334,44 +333,6 @@ def shortest_kernel_s(rows: pd.DataFrame) -> float:
     return float(np.percentile(g[ok] / k[ok], KERNEL_FLOOR_PERCENTILE)) if ok.any() else 0.0
 
 
-def graph_share(rows: pd.DataFrame) -> np.ndarray:
-    """Each sample's time per call replayed from a CUDA graph (``graph_time_s``, else its
-    power window's where that ran from a graph: ``power_graphed``) over its busy time;
-    NaN where not measured so. A call of at most :data:`GRAPH_MIN_KERNELS` kernels a pass
-    has 1: its kernels depend on each other, and what its time measures beyond them is a
-    graph's gap, which a replay adds. A graph may run at once the many kernels of a call
-    that eager launches leave apart (cuDNN's per-group kernels)."""
-    if "gpu_busy_time_s" not in rows:
-        return np.full(len(rows), np.nan)
-    per_call = np.full(len(rows), np.nan)
-    if "power_graphed" in rows and "power_time_s" in rows:
-        graphed = rows["power_graphed"].fillna(False).astype(bool).to_numpy()
-        window = pd.to_numeric(rows["power_time_s"], errors="coerce").to_numpy(dtype=float)
-        per_call = np.where(graphed, window, np.nan)
-    if "graph_time_s" in rows:
-        timed = pd.to_numeric(rows["graph_time_s"], errors="coerce").to_numpy(dtype=float)
-        per_call = np.where(np.isfinite(timed), timed, per_call)
-    busy = pd.to_numeric(rows["gpu_busy_time_s"], errors="coerce").to_numpy(dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.where((busy > 0) & (per_call > 0), per_call / busy, np.nan)
-    if "n_kernels" in rows:
-        few = kernels_per_pass(rows) <= GRAPH_MIN_KERNELS
-        share = np.where(few & np.isfinite(share), 1.0, share)
-    return share
-
-
-def kernels_per_pass(rows: pd.DataFrame) -> np.ndarray:
-    """A call's kernels in its longer pass: all of them in inference, the forward's or the
-    backward's in training (``forward_n_kernels`` where given)."""
-    total = rows["n_kernels"].to_numpy(dtype=float)
-    if "mode" not in rows or "forward_n_kernels" not in rows:
-        return total
-    fwd = pd.to_numeric(rows["forward_n_kernels"], errors="coerce").to_numpy(dtype=float)
-    fwd = np.where(np.isfinite(fwd), fwd, total)
-    training = rows["mode"].to_numpy() == "training"
-    return np.where(training, np.maximum(fwd, total - fwd), total)
-
-
 def _targets(rows: pd.DataFrame, roof: np.ndarray, floor_s: float) -> dict[str, np.ndarray]:
     g = rows["gpu_time_s"].to_numpy()
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -387,7 +348,7 @@ def _targets(rows: pd.DataFrame, roof: np.ndarray, floor_s: float) -> dict[str, 
                 rows["forward_host_time_s"].to_numpy(), rows["host_time_s"].to_numpy()
             ),
             "fwd_k": share(rows["forward_n_kernels"].to_numpy(), rows["n_kernels"].to_numpy()),
-            "busy": np.log(np.clip(op_power.busy_share(rows), None, 1.0)),
+            "busy": np.log(np.clip(busy_share(rows), None, 1.0)),
             "graph": np.log(np.clip(_graph_shares(rows), None, 1.0)),
         }
 
