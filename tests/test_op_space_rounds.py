@@ -381,6 +381,9 @@ def test_the_op_space_config_records_each_rounds_allocation(repo):
             "gpus": ["h200-notf32"],
         },
         {"samples": {"conv": 300}, "power_samples": 2, "generator": 10, "gpus": ["h200"]},
+        # Rounds 52 and 53: narrow groups and attention, timed from a graph, TF32 on.
+        {"samples": {"conv": 300}, "power_samples": 2, "generator": 11, "gpus": ["h200"]},
+        {"samples": {"attention": 300}, "power_samples": 2, "generator": 20, "gpus": ["h200"]},
     ]  # fmt: skip
     study = load_study_file(repo / "config/op-space.yaml")
     samples = study.config["op_space"]["samples"]

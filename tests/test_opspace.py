@@ -20,6 +20,7 @@ from opcost import opspace_workflow as osw
 from opcost import spec as specs
 from opcost.config import ConfigError, GpuConfig, load_schema, load_study_file, validate_config
 from opcost.extract import extract_ops
+from opcost.model import shares
 from opcost.model.features import op_counts
 
 REPO = Path(__file__).resolve().parents[1]
@@ -445,11 +446,11 @@ def test_the_committed_measurements_are_sane(gpu):
     # Round 1, the adaptive rounds 2 and 3, the power round 4 and the convolutions of rounds
     # 5 and 6 (data/op-space/README.md), each fully measured; on the H100 rounds 9, 12, 14;
     # on both the power rounds 16 and 17; on the H200 rounds 18, 19, 22, 24, 26, 28, 30-34, 36,
-    # 38, 40, 42, 44, 46, 48, 51.
+    # 38, 40, 42, 44, 46, 48, 51-53.
     own = (
         (9, 12, 14)
         if gpu == "h100"
-        else (18, 19, 22, 24, 26, 28, 30, 31, 32, 33, 34, 36, 38, 40, 42, 44, 46, 48, 51)
+        else (18, 19, 22, 24, 26, 28, 30, 31, 32, 33, 34, 36, 38, 40, 42, 44, 46, 48, 51, 52, 53)
     )
     measured = (2, 3, 4, 5, 6, *own, 16, 17)
     rounds = ["samples.parquet", *(f"samples-r{r}.parquet" for r in measured)]
@@ -1165,7 +1166,7 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     generator version a round names keeps it as measured."""
     study = load_study_file(REPO / "config/op-space.yaml")
     rounds = osw.op_space_round_counts(study)
-    assert len(rounds) == 51
+    assert len(rounds) == 53
     for r in range(2, len(rounds) + 1):
         params = osw.op_space_round_params(study, r)
         committed = pd.read_parquet(DATA / f"samples-r{r}.parquet")
@@ -1182,9 +1183,9 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     assert osw.op_space_round_params(study, 8)["generator"] == 5
     generators = [osw.op_space_round_params(study, r)["generator"] for r in range(9, 16)]
     assert generators == [6, 6, 5, 7, 7, 8, 8]
-    generators = [osw.op_space_round_params(study, r)["generator"] for r in range(18, 52)]
+    generators = [osw.op_space_round_params(study, r)["generator"] for r in range(18, 54)]
     expected = [6, 8, 6, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 13, 14, 14, 9, 15, 15, 15, 15]
-    expected += [16, 16, 17, 17, 18, 18, 19, 19, 20, 20, 10, 10]
+    expected += [16, 16, 17, 17, 18, 18, 19, 19, 20, 20, 10, 10, 11, 20]
     assert generators == expected
     assert osw.op_space_sampling_params(study)["generator"] == 1
 
@@ -1321,6 +1322,34 @@ def test_the_op_spaces_measuring_path_gives_the_studies_kernel_times(csv):
     assert len(ratio) == 6
     assert (ratio - 1).abs().max() < 0.03
     assert abs((d["os"] / d["study"]).median() - 1) < 0.01
+
+
+def test_two_h200_boards_agree_on_the_time_from_a_cuda_graph():
+    """Round 51 and chunk 1 of round 52 measured again on another H200 board
+    (tests/data/opspace_graph_repeat, 2026-11-29): a call's time replayed from a graph
+    repeats as its kernel time does, and so does the graph share the op models learn,
+    for the grouped convolutions whose per-group kernels run at once from a graph."""
+    repeat = REPO / "tests" / "data" / "opspace_graph_repeat"
+    chunks = ("r51-0", "r51-1", "r52-1")
+    first = pd.concat([pd.read_parquet(DATA / "h200" / f"{c}.parquet") for c in chunks])
+    again = pd.concat([pd.read_parquet(repeat / f"h200_{c}_repeat.parquet") for c in chunks])
+    both = first.merge(again, on=["op_id", "mode"], suffixes=("", "_again"))
+    assert len(both) == len(first) == len(again) == 698
+    assert (both["gpu_uuid"] != both["gpu_uuid_again"]).all()
+    assert (both["status"] == "ok").all()
+    assert (both["status_again"] == "ok").all()
+    graph = both["graph_time_s_again"] / both["graph_time_s"]
+    kernel = both["gpu_time_s_again"] / both["gpu_time_s"]
+    assert (graph - 1).abs().median() < 0.01
+    assert (graph - 1).abs().le(0.05).mean() > 0.9
+    assert (kernel - 1).abs().median() < 0.01
+    again_cols = {c: c.removesuffix("_again") for c in both if c.endswith("_again")}
+    second = both[list(again_cols)].rename(columns=again_cols)
+    multi = shares.kernels_per_pass(both) > shares.GRAPH_MIN_KERNELS
+    assert multi.sum() >= 300
+    share, share_again = shares.graph_share(both)[multi], shares.graph_share(second)[multi]
+    assert (share < 0.8).mean() > 0.25  # many such calls do run faster from a graph
+    assert np.median(np.abs(share_again / share - 1)) < 0.02
 
 
 def test_two_h100_boards_agree_on_kernel_time_but_not_on_power():
