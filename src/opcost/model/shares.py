@@ -1,7 +1,8 @@
 """A call's measured shares of its kernel time: how much of it the GPU is busy for, and
 how much of that a CUDA graph takes. Read from a sample's op-space columns (or a row of
-the same names); the op models learn each (:mod:`opcost.model.opmodel`) and the power
-model weighs its windows by the first (:mod:`opcost.model.op_power`).
+the same names); the op models learn the first two (:mod:`opcost.model.opmodel`), and
+the power model takes a window's busy time from the first
+(:func:`opcost.model.op_power.window_busy_power_w`).
 
 * :func:`busy_share`: busy time (the union of the kernels' intervals,
   ``gpu_busy_time_s``) over the summed kernel durations (``gpu_time_s``); below 1 where
