@@ -1078,6 +1078,9 @@ profile: {min_run_time_s: 1.0, warmup_s: 0.005}
 
 
 def _start(repo: Path, work: Path, args: tuple[str, ...], log: Path) -> subprocess.Popen:
+    """Snakemake in the background, with SIGINT as a terminal leaves it (its default
+    action): the tests may run where SIGINT is ignored (a shell's background job), which
+    Snakemake would inherit."""
     with open(log, "w") as out:
         return subprocess.Popen(
             snakemake_argv(repo, work, *args),
@@ -1085,6 +1088,7 @@ def _start(repo: Path, work: Path, args: tuple[str, ...], log: Path) -> subproce
             env=snakemake_env(repo),
             stdout=out,
             stderr=subprocess.STDOUT,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
 
 
