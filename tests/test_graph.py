@@ -120,7 +120,11 @@ def test_isolated_graph_replay_is_the_ops_kernel_times_summed_by_hand(traces):
     calls = net_ops.set_index("op_id")["count"]
     # The GPU's busy time, which the traces record: the kernels' intervals united.
     gpu_s = float((inf.loc[calls.index, "gpu_busy_time_s"] * calls).sum())
-    kernels = float((inf.loc[calls.index, "n_kernels"] * calls).sum())
+    # Kernels that overlap share their gaps: an op's kernels take busy / summed of them.
+    o = inf.loc[calls.index]
+    share = (o["gpu_busy_time_s"] / o["gpu_time_s"]).clip(upper=1.0)
+    kernels = float((o["n_kernels"] * share * calls).sum())
+    assert share.min() < 1.0  # one of resnet18's ops overlaps its kernels
     assert row["replay_isolated_graph_time_s"] == pytest.approx(
         gpu_s + kernels * GRAPH_KERNEL_GAP_S, rel=1e-9
     )

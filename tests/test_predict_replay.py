@@ -72,6 +72,9 @@ def test_training_step_is_forward_then_reversed_backward() -> None:
     assert list(steps["phase"]) == ["forward", "forward", "backward", "backward"]
     assert list(steps["host"]) == [3.0, 1.0, 3.0, 7.0]
     assert list(steps["gpu"]) == [2.0, 0.5, 1.5, 6.0]
+    # Kernels that take the device's gap: a's forward kernel of 2 ms busy in 4, its
+    # backward's two in 6 of 12; b's run one after another.
+    assert list(steps["n"]) == [0.5, 1.0, 1.0, 1.0]
     inference = step_entries(["a", "b", "a"], pred, training=False)
     assert list(inference["host"]) == [10.0, 4.0, 10.0]
     # Without graph busy times, a graph's entries take the busy times.

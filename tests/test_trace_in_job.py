@@ -343,5 +343,7 @@ def test_a_networks_own_breakdown_traced_in_its_profiling_job_replays_its_bursts
         spans = breakdown[
             (breakdown["mode"] == net["mode"]) & (breakdown["model_input"] == net["model_input"])
         ]
-        replayed = _own(net, spans, int(net["host_burst_steps"])).time_s
+        # The records hold networks only: the gap is the network's own trace's.
+        gap = float(net["launch_gap_s"])
+        replayed = _own(net, spans, int(net["host_burst_steps"]), gap).time_s
         assert replayed == pytest.approx(net["burst_wall_time_s"], rel=0.05), net["model_input"]

@@ -81,7 +81,8 @@ def call_sequence(net_ops: pd.DataFrame) -> list[str]:
 
 
 def step_entries(seq: Sequence[str], ops: pd.DataFrame, training: bool) -> pd.DataFrame:
-    """The replayed step's entries (``op_id``, ``host``, ``gpu``, ``n`` kernels, ``graph``:
+    """The replayed step's entries (``op_id``, ``host``, ``gpu``, ``n`` kernels that take
+    the device's gap (:func:`opcost.replay.gapped_kernels`), ``graph``:
     the GPU's busy time from a CUDA graph, ``phase``) from per-op predictions indexed by
     op id: inference, each call; training, each call's forward part in order, then each
     call's backward part in reverse order. Predictions without graph busy times take the
@@ -91,10 +92,12 @@ def step_entries(seq: Sequence[str], ops: pd.DataFrame, training: bool) -> pd.Da
         if graph not in o:
             o[graph] = o[gpu]
     whole = {k: o[c[0]].to_numpy(dtype=float) for k, c in _STEP_COLUMNS.items()}
+    whole["n"] = rp.gapped_kernels(whole["n"], whole["gpu"], o["gpu_time_s"])
     ids = o.index.to_numpy()
     if not training:
         return pd.DataFrame({"op_id": ids, **whole, "phase": "forward"})
     fwd = {k: o[c[1]].to_numpy(dtype=float) for k, c in _STEP_COLUMNS.items()}
+    fwd["n"] = rp.gapped_kernels(fwd["n"], fwd["gpu"], o["forward_gpu_time_s"])
     bwd = {k: (whole[k] - fwd[k])[::-1].clip(min=0) for k in whole}
     return pd.concat(
         [

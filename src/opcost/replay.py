@@ -3,7 +3,8 @@
 The host issues the ops of a step in order, spending ``host_s[i]`` on op *i*; the GPU
 stream starts op *i*'s kernels once the host has issued them and the kernels before them
 are done, and is busy for ``gpu_s[i]`` plus ``kernel_gap_s`` per kernel (the device's own
-gap between queued kernels). A timed loop of ``repeats`` steps ends at its last kernel or
+gap between queued kernels). Kernels that run at once on several streams share their gaps
+(:func:`gapped_kernels`). A timed loop of ``repeats`` steps ends at its last kernel or
 its last host work, whichever is later, plus one synchronisation (``sync_s``); the time
 per step is that over ``repeats``. With no kernels at all (a CPU), the time is the host's.
 
@@ -18,6 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 #: The device's idle gap between two kernels of a CUDA graph (median of 176 traced graph
 #: replays of the Hopper studies' networks, 0.416 µs on the H100 and the H200 alike,
@@ -43,6 +47,21 @@ class Replay:
     def bound(self) -> str:
         """``gpu`` where the stream is busy for more of the step than the host, else ``host``."""
         return "gpu" if self.gpu_busy_s >= self.host_s else "host"
+
+
+def gapped_kernels(n_kernels: Any, busy_s: Any, summed_s: Any) -> np.ndarray:
+    """How many of ``n_kernels`` kernels each take the device's gap between kernels in a
+    replay: all of them where they run one after another, fewer where they run at once
+    on several streams (cuDNN's grouped convolutions), whose gaps the other streams'
+    kernels fill. The device is then busy for the union of their intervals (``busy_s``),
+    less than their durations summed (``summed_s``), and the kernels that take a gap are
+    ``n_kernels`` times that share (at most 1; all where ``summed_s`` is 0 or unknown)."""
+    n = np.asarray(n_kernels, dtype=float)
+    busy = np.asarray(busy_s, dtype=float)
+    summed = np.asarray(summed_s, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(summed > 0, busy / summed, 1.0)
+    return n * np.clip(np.nan_to_num(share, nan=1.0), 0.0, 1.0)
 
 
 def replay(
