@@ -11,7 +11,7 @@ summed durations on the device. Written as CSV (``op_id``, ``mode``, ``kernel``,
 ``n``, ``gpu_time_s``: one row per distinct kernel name). Whether cuDNN ran a fast
 algorithm (fewer multiplications than the direct count, above the FP32 units' peak on a
 dense 3x3 convolution) is then a question of which kernel ran, which a model of cuDNN's
-choice could learn from the shapes (docs/results.md, "Open questions").
+choice could learn from the shapes (docs/results.md, "Ops held out of training").
 
 ``--score FILE`` asks what knowing the algorithm is worth, on the configurations ``FILE``
 holds and their op-space measurements (``data/op-space/h100-notf32``): 5-fold by op id,

@@ -8,7 +8,7 @@ each square map, in inference, measured the op space's way
 Prints its GPU kernel time and the rate of its direct FLOP count (TFLOPS): above the
 FP32 units' peak (67 TFLOPS on an H100) with TF32 off, cuDNN ran a fast algorithm
 (Winograd, FFT) that does fewer multiplications. The networks' convolutions, on even maps
-of 14-56, run so (docs/results.md, "Open questions"); the op space samples mostly others.
+of 14-56, run so (docs/results.md, "Ops held out of training"); the op space samples mostly others.
 """
 
 import argparse
