@@ -20,7 +20,7 @@ GPU, so the figures sit a little above the bench's (bench/opspace_model.py)::
 from __future__ import annotations
 
 import argparse
-import glob
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -34,25 +34,21 @@ from opcost.model.features import build_schema
 from opcost.model.op_tables import training_rows
 from opcost.train import TrainConfig, make_regressor
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "op-space"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import opspace_model as om  # noqa: E402
+
 FOLDS = 5
 
 
 def _load(gpu: str, family: str) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
     """The family's usable samples, their roofline times and base times."""
-    files = sorted(glob.glob(str(DATA / gpu / "*.parquet")))
-    table = training_rows(pd.concat([pd.read_parquet(f) for f in files], ignore_index=True))
+    table = training_rows(om.load(gpu))
     table = table[table["gpu_time_s"] > 0]
-    peaks = rl.Peaks(
-        float(table["peak_matmul_flops_per_s"].median()),
-        float(table["peak_memory_bytes_per_s"].median()),
-    )
-    ceil = opmodel.ceilings(table, peaks)
-    floor = opmodel.shortest_kernel_s(table)
+    base_of = opmodel.gpu_base(table)
     rows = table[table["family"] == family].reset_index(drop=True)
-    roof = rl.roofline_times_s(list(rows["spec"]), list(rows["mode"]), ceil)
-    base = opmodel.base_time_s(roof, (rows["mode"] == "training").to_numpy(), floor)
-    return rows, roof, base
+    roof = rl.roofline_times_s(list(rows["spec"]), list(rows["mode"]), base_of.ceilings)
+    training = (rows["mode"] == "training").to_numpy()
+    return rows, roof, opmodel.base_time_s(roof, training, base_of.kernel_floor_s)
 
 
 def score(gpu: str, family: str, seed: int) -> list[tuple[str, float, float]]:

@@ -50,7 +50,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -309,6 +309,26 @@ def _with_conditions(ops: pd.DataFrame, meta: dict[str, Any]) -> pd.DataFrame:
 # -- fitting --------------------------------------------------------------------------------
 
 
+class GpuBase(NamedTuple):
+    """What a GPU's samples give the base time: the peaks its chunks measured, the
+    ceilings (:func:`ceilings`) and the shortest kernel (:func:`shortest_kernel_s`)."""
+
+    peaks: rl.Peaks
+    ceilings: rl.Peaks
+    kernel_floor_s: float
+
+
+def gpu_base(table: pd.DataFrame, measured: pd.DataFrame | None = None) -> GpuBase:
+    """One GPU's :class:`GpuBase` from its samples ``table``: the peaks the median of the
+    chunks' measured ones (of ``measured``, the rows it measured itself, where given)."""
+    chunks = table if measured is None else measured
+    peaks = rl.Peaks(
+        float(chunks["peak_matmul_flops_per_s"].median()),
+        float(chunks["peak_memory_bytes_per_s"].median()),
+    )
+    return GpuBase(peaks, ceilings(table, peaks), shortest_kernel_s(table))
+
+
 def ceilings(table: pd.DataFrame, peaks: rl.Peaks) -> rl.Peaks:
     """The measured peaks, raised to the highest FLOP and byte rate any sample achieved."""
     ok = table[(table["gpu_time_s"] > 0) & table["family"].ne("view")]
@@ -451,11 +471,7 @@ def fit(
     per_gpu = {}
     for gpu_name, part in pooled.groupby(pooled["gpu_name"].astype(str)):
         measured = part[part["_measured"]] if part["_measured"].any() else part
-        peaks = rl.Peaks(
-            float(measured["peak_matmul_flops_per_s"].median()),
-            float(measured["peak_memory_bytes_per_s"].median()),
-        )
-        per_gpu[gpu_name] = (peaks, ceilings(part, peaks), shortest_kernel_s(part))
+        per_gpu[gpu_name] = gpu_base(part, measured)
     peaks, ceil, own_floor = per_gpu[name]
     # Power windows as the peers measured them, before their GPU times are carried over.
     peer_rows = pooled[pooled["gpu_name"].astype(str) != name]
