@@ -294,3 +294,28 @@ def test_the_blind_networks_with_tf32_off(tmp_path, file, gpu):
         assert r["graph_status"] == "ok", r["model_input"]
         assert r["graph_time_s"] <= r["wall_time_s"] * 1.02, r["model_input"]
         _graph_kernels_are_the_eager_ones(r)
+
+
+BLIND_H200 = ROOT / "tests" / "data" / "blind_networks_h200" / "traces.tar.gz"
+
+
+def test_five_more_blind_networks_on_an_h200_tf32_on_and_off(tmp_path):
+    # 5 networks x batch 1, 8, 64 x 2 modes on one H200, TF32 on and off (2026-11-29):
+    # every step ran and was captured, on one board.
+    records = _network_records(BLIND_H200, tmp_path)
+    assert len(records) == 5 * 3 * 2 * 2
+    assert {(r["gpu"], r["tf32"]) for r in records} == {("h200", True), ("h200-notf32", False)}
+    assert len({r["gpu_uuid"] for r in records}) == 1
+    for r in records:
+        assert r["status"] == "ok", r["model_input"]
+        assert r["graph_status"] == "ok", r["model_input"]
+        assert 60 < r["graph_power_w"] < 1.1 * 700, r["model_input"]
+        assert r["graph_time_s"] <= r["wall_time_s"] * 1.02, (r["gpu"], r["model_input"])
+        _graph_kernels_are_the_eager_ones(r)
+    # GPU-bound vgg13_bn at batch 64 runs its float32 products on the FP32 units with TF32
+    # off: longer than with it on, on the same board minutes apart.
+    vgg = {(r["gpu"], r["mode"]): r for r in records if r["model_input"] == "vgg13_bn_64x3x224x224"}
+    for mode in ("inference", "training"):
+        assert (
+            vgg[("h200-notf32", mode)]["graph_time_s"] > 1.5 * vgg[("h200", mode)]["graph_time_s"]
+        )
