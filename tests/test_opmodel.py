@@ -122,6 +122,33 @@ def test_prediction_is_roofline_over_efficiency(h100: pd.DataFrame, model) -> No
     assert (net.loc[train, "gpu_time_s"] < p.loc[train, "gpu_time_s"]).any()
 
 
+def test_a_reshape_that_copies_is_predicted_as_the_copy_it_runs(model) -> None:
+    """A view-like op that moves bytes runs a copy kernel: a reshape of a permuted map
+    (no view of it has the new shape) is predicted by the copy family's models, as the
+    ``contiguous`` of the same input; the same reshape of a contiguous input stays free."""
+    x = {"dtype": "float32", "param": False, "shape": [8, 7, 8, 7, 8, 96]}
+    strided = dict(x, stride=[301056, 43008, 768, 6144, 96, 1])
+    reshape = {
+        "args": [{"__tensor__": 0}, 8, 56, 56, 96],
+        "inputs": [strided],
+        "kind": "function",
+        "kwargs": {},
+        "outputs": [{"dtype": "float32", "shape": [8, 56, 56, 96]}],
+        "type": "torch.Tensor.reshape",
+    }
+    contiguous = dict(reshape, type="torch.Tensor.contiguous", args=[{"__tensor__": 0}])
+    contiguous["outputs"] = [{"dtype": "float32", "shape": x["shape"]}]
+    viewed = dict(reshape, inputs=[x])
+    specs = [
+        json.dumps(s, sort_keys=True, separators=(",", ":")) for s in (reshape, contiguous, viewed)
+    ]
+    p = model.predict(pd.DataFrame({"spec": specs, "mode": "inference"}))
+    assert list(p["family"]) == ["copy", "copy", "view"]
+    assert p["gpu_time_s"].iloc[0] > 0
+    assert p["gpu_time_s"].iloc[0] == pytest.approx(p["gpu_time_s"].iloc[1], rel=0.2)
+    assert p["gpu_time_s"].iloc[2] == 0
+
+
 def test_kernel_floor_is_the_samples_shortest_kernel(h100: pd.DataFrame, model) -> None:
     rows = op_tables.training_rows(h100)
     rows = rows[(rows["gpu_time_s"] > 0) & (rows["n_kernels"] > 0)]

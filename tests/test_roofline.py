@@ -17,6 +17,7 @@ from opcost.model.roofline import (
     op_work,
     roofline_time_s,
     roofline_times_s,
+    view_strides,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -222,6 +223,69 @@ def test_views_are_free() -> None:
     strided = spec_of(VIEW)
     strided["inputs"][0]["stride"] = [18816, 49, 9408, 7, 1]
     assert op_work(strided, "inference") == Work(0.0, 0.0)
+
+
+def test_view_strides_are_pytorchs_for_permuted_and_sliced_tensors() -> None:
+    """Where no view of a tensor gives a new shape, ``view`` fails and ``reshape`` copies:
+    checked against torch on the meta device, tensors permuted and sliced at random."""
+    import random
+
+    torch = pytest.importorskip("torch")
+    rng = random.Random(0)
+    copies = 0
+    for _ in range(400):
+        shape = [rng.choice([1, 2, 3, 4, 6]) for _ in range(rng.randint(1, 5))]
+        x = torch.empty(shape, device="meta").permute(rng.sample(range(len(shape)), len(shape)))
+        d = rng.randrange(x.dim())
+        if rng.random() < 0.3 and x.shape[d] > 1:
+            x = x.narrow(d, 0, x.shape[d] - 1)
+        new, rest = [], x.numel()
+        while rest > 1 and len(new) < 3:
+            new.append(rng.choice([f for f in range(1, rest + 1) if rest % f == 0]))
+            rest //= new[-1]
+        new.append(rest)
+        got = view_strides(list(x.shape), list(x.stride()), new)
+        try:
+            strides = list(x.view(new).stride())
+        except RuntimeError:
+            assert got is None, (list(x.shape), list(x.stride()), new)
+            copies += 1
+            continue
+        assert got is not None, (list(x.shape), list(x.stride()), new)
+        # A dimension of size 1 may take any stride; the others are PyTorch's.
+        kept = [n > 1 for n in new]
+        assert [g for g, k in zip(got, kept, strict=True) if k] == [
+            s for s, k in zip(strides, kept, strict=True) if k
+        ]
+    assert 50 < copies < 350  # both outcomes were drawn
+
+
+def test_a_reshape_that_cannot_view_its_input_copies_it() -> None:
+    # swin_v2_t's windows merged back into a map (a permuted tensor, as extracted): no view
+    # of it has the map's shape, so reshape reads and writes it once; its backward reshapes
+    # the contiguous gradient, a view. Contiguous (no strides recorded), it is a view.
+    x = {"dtype": "float32", "param": False, "shape": [8, 7, 8, 7, 8, 96]}
+    x["stride"] = [301056, 43008, 768, 6144, 96, 1]
+    spec = {
+        "kind": "function",
+        "type": "torch.Tensor.reshape",
+        "args": [{"__tensor__": 0}, 8, 56, 56, 96],
+        "kwargs": {},
+        "inputs": [x],
+        "outputs": [{"dtype": "float32", "shape": [8, 56, 56, 96]}],
+    }
+    n = 8 * 56 * 56 * 96
+    assert op_work(spec, "inference") == Work(0.0, 2 * 4 * n)
+    assert op_work(spec, "training") == Work(0.0, 2 * 4 * n)
+    flatten = dict(spec, type="torch.flatten", args=[{"__tensor__": 0}, 1])
+    flatten["outputs"] = [{"dtype": "float32", "shape": [8, 7 * 8 * 7 * 8 * 96]}]
+    assert op_work(flatten, "inference") == Work(0.0, 2 * 4 * n)
+    contiguous = copy.deepcopy(spec)
+    del contiguous["inputs"][0]["stride"]
+    assert op_work(contiguous, "inference") == Work(0.0, 0.0)
+    # Merging only the trailing, contiguous dimensions of the same tensor is a view.
+    tail = dict(spec, outputs=[{"dtype": "float32", "shape": [8, 7, 8, 7, 768]}])
+    assert op_work(tail, "inference") == Work(0.0, 0.0)
 
 
 def test_gather_is_not_free() -> None:

@@ -158,13 +158,13 @@ class OpModel:
         measured alone."""
         probe = host_probe_s or self.host_probe_s
         rows = _with_conditions(ops, self.meta)
+        roof = rl.roofline_times_s(list(rows["spec"]), list(rows["mode"]), self.ceilings)
         fam = rows["op_type"].map(family_of)
+        # A view-like op that moves bytes (a gather, a reshape that copies) runs as a copy.
+        fam = fam.where(~(fam.isin(NO_KERNEL_FAMILIES).to_numpy() & (roof > 0)), "copy")
         out = pd.DataFrame(index=rows.index)
         out["family"] = fam
-        out["roofline_time_s"] = rl.roofline_times_s(
-            list(rows["spec"]), list(rows["mode"]), self.ceilings
-        )
-        roof = out["roofline_time_s"].to_numpy()
+        out["roofline_time_s"] = roof
         targets = {
             t: np.full(len(rows), np.nan)
             for t in ("time", "kernels", "host", "fwd_gpu", "fwd_host", "fwd_k", "busy", "graph")

@@ -54,7 +54,9 @@ forward pass.
 
 **Identities.** View ops (``view``, ``permute``, ``expand``, slicing, ...) launch no
 kernel: ``Work(0, 0)``, also for a strided input. Indexing with a tensor (``x[idx]``)
-gathers: the index is read and the output written. ``contiguous`` of a contiguous input,
+gathers: the index is read and the output written. ``reshape`` and ``flatten`` of an
+input whose strides admit no view of the new shape (:func:`view_strides`: a permuted
+map, say) copy it: read and written once. ``contiguous`` of a contiguous input,
 ``to`` without a change of dtype or layout, dropout and ``StochasticDepth`` in inference
 (or with ``p == 0``) return their input: ``Work(0, 0)``.
 """
@@ -210,6 +212,48 @@ def _has_index_tensor(op: OpSpec) -> bool:
     return "__tensor__" in json.dumps(op.spec.get("args", [])[1:])
 
 
+def view_strides(
+    shape: Sequence[int], stride: Sequence[int], new_shape: Sequence[int]
+) -> list[int] | None:
+    """The strides of ``new_shape`` as a view of a tensor of ``shape`` and ``stride``, or
+    None where no view gives it (PyTorch's ``computeStride``: ``reshape`` and ``flatten``
+    then copy, ``view`` fails). Dimensions merge only where their strides are contiguous
+    with each other."""
+    if math.prod(shape) == 0:
+        return [0] * len(new_shape)
+    if not shape:
+        return [1] * len(new_shape)
+    new_stride = [0] * len(new_shape)
+    view_d = len(new_shape) - 1
+    chunk_base = stride[-1]
+    tensor_numel = view_numel = 1
+    for d in range(len(shape) - 1, -1, -1):
+        tensor_numel *= shape[d]
+        if d == 0 or (shape[d - 1] != 1 and stride[d - 1] != tensor_numel * chunk_base):
+            while view_d >= 0 and (view_numel < tensor_numel or new_shape[view_d] == 1):
+                new_stride[view_d] = view_numel * chunk_base
+                view_numel *= new_shape[view_d]
+                view_d -= 1
+            if view_numel != tensor_numel:
+                return None
+            if d > 0:
+                chunk_base = stride[d - 1]
+                tensor_numel = view_numel = 1
+    return new_stride if view_d == -1 else None
+
+
+def _reshape_copies(op: OpSpec) -> bool:
+    """``reshape`` or ``flatten`` of an input whose recorded strides admit no view of the
+    output's shape: PyTorch copies it into a new tensor (an input recorded without
+    strides is contiguous, and is viewed)."""
+    if op.name not in ("reshape", "flatten") or not op.inputs or not op.outputs:
+        return False
+    x = op.inputs[0]
+    if not x.get("stride"):
+        return False
+    return view_strides(x["shape"], x["stride"], op.outputs[0]["shape"]) is None
+
+
 def _forward_and_backward(op: OpSpec, family: str, training: bool) -> Work:
     """Work of one step (see the module docstring)."""
     x, o = op.float_in_bytes, op.float_out_bytes
@@ -220,6 +264,8 @@ def _forward_and_backward(op: OpSpec, family: str, training: bool) -> Work:
     if family == "view":
         if op.name == "getitem" and _has_index_tensor(op):  # a gather: index read, output
             return Work(0.0, op.in_bytes - op.nbytes(op.inputs[0]) + 2.0 * op.out_bytes)
+        if _reshape_copies(op):  # read and written once; its backward is a view
+            return Work(0.0, 2.0 * op.out_bytes)
         return Work(0.0, 0.0)
     if family in COMPUTE_FAMILIES:
         if family == "conv":
