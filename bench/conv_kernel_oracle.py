@@ -51,15 +51,16 @@ import unseen_networks as un  # noqa: E402
 FOLDS = 5
 
 
-def _load(gpu: str, family: str) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
-    """The family's usable samples, their roofline times and base times."""
+def _load(gpu: str, family: str) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, opmodel.GpuBase]:
+    """The family's usable samples, their roofline times and base times, and the GPU's
+    base-time constants from all its samples."""
     table = training_rows(om.load(gpu))
     table = table[table["gpu_time_s"] > 0]
     base_of = opmodel.gpu_base(table)
     rows = table[table["family"] == family].reset_index(drop=True)
     roof = rl.roofline_times_s(list(rows["spec"]), list(rows["mode"]), base_of.ceilings)
     training = (rows["mode"] == "training").to_numpy()
-    return rows, roof, opmodel.base_time_s(roof, training, base_of.kernel_floor_s)
+    return rows, roof, opmodel.base_time_s(roof, training, base_of.kernel_floor_s), base_of
 
 
 def _maker(seed: int):
@@ -75,7 +76,7 @@ def _maker(seed: int):
 
 
 def score(gpu: str, family: str, seed: int) -> list[tuple[str, float, float]]:
-    rows, roof, base = _load(gpu, family)
+    rows, roof, base, _ = _load(gpu, family)
     make = _maker(seed)
     xs = opmodel.features(rows, build_schema(rows["op_type"]), roof)
     y = np.log(rows["gpu_time_s"].to_numpy() / base)
@@ -138,9 +139,7 @@ def network_calls() -> pd.DataFrame:
 def network_scores(gpu: str, calls: pd.DataFrame, seed: int) -> pd.DataFrame:
     """``calls`` of ``gpu`` with their GPU time predicted from the shapes (``shape``) and
     with their traced kernel count too (``kernels``), by forests on all its samples."""
-    table = training_rows(om.load(gpu))
-    base_of = opmodel.gpu_base(table[table["gpu_time_s"] > 0])
-    rows, roof, base = _load(gpu, "conv")
+    rows, roof, base, base_of = _load(gpu, "conv")
     schema = build_schema(rows["op_type"])
     xs = opmodel.features(rows, schema, roof)
     y = np.log(rows["gpu_time_s"].to_numpy() / base)

@@ -155,15 +155,16 @@ def _own(net: pd.Series, spans: pd.DataFrame, repeats: int, kernel_gap_s: float)
     fwd_busy, busy = _net_gpu_s(net)
     gpu = _scaled(busy_s(spans, "gpu_busy_s", "gpu_s"), forward, fwd_busy, busy)
     fwd_sum, summed = float(net["forward_gpu_time_s"]), float(net["gpu_time_s"])
-    share = np.where(
+    n = spans["n_kernels"].to_numpy(dtype=float)
+    kernels = np.where(
         forward,
-        rp.gapped_kernels(1.0, fwd_busy, fwd_sum),
-        rp.gapped_kernels(1.0, busy - fwd_busy, summed - fwd_sum),
+        rp.gapped_kernels(n, fwd_busy, fwd_sum),
+        rp.gapped_kernels(n, busy - fwd_busy, summed - fwd_sum),
     )
     return rp.replay(
         list(host),
         list(gpu),
-        list(spans["n_kernels"] * share),
+        list(kernels),
         kernel_gap_s=kernel_gap_s,
         sync_s=_or0(net["sync_s"]),
         repeats=repeats,
