@@ -235,8 +235,18 @@ def test_auto_block_size_exceeds_the_cache():
     assert harness.auto_block_size(0, 32 * 2**20, 64) == 1  # no weights: one instance
 
 
+#: DenseNet's and Inception's ``F.relu(x, inplace=True)``: in place by its keyword.
+F_RELU_INPLACE_SPEC = {
+    **RELU_INPLACE_SPEC,
+    "kind": "function",
+    "type": "torch.nn.functional.relu",
+    "attrs": {},
+    "kwargs": {"inplace": True},
+}
+
+
 def test_inplace_ops_train_out_of_place():
-    for spec in (RELU_INPLACE_SPEC, ADD_SPEC):
+    for spec in (RELU_INPLACE_SPEC, ADD_SPEC, F_RELU_INPLACE_SPEC):
         o = opts("training")
         t = harness.measure(harness.prepare_op(spec, o), o)
         assert t.inplace_substituted

@@ -326,7 +326,8 @@ def out_of_place_name(name: str) -> str:
 def is_inplace(spec: dict[str, Any]) -> bool:
     if spec["kind"] == "module":
         return spec.get("attrs", {}).get("inplace") is True
-    return out_of_place_name(spec["type"]) != spec["type"]
+    named = (spec.get("kwargs") or {}).get("inplace") is True  # F.relu(x, inplace=True)
+    return named or out_of_place_name(spec["type"]) != spec["type"]
 
 
 @dataclass
@@ -353,15 +354,20 @@ def rebuild(
     Args:
         spec: the op's spec.
         inplace_ok: if False (training mode), in-place variants are replaced by their
-            out-of-place twins, since autograd cannot write into a leaf input.
+            out-of-place twins (a function's ``inplace=True`` by ``inplace=False``), since
+            autograd cannot write into a leaf input.
         device: where a module's parameters are created.
     """
     if spec["kind"] == "module":
         module = _rebuild_module(spec, inplace_ok=inplace_ok, device=device)
         return Rebuilt(module, module, spec["args"], spec["kwargs"])
     if spec["kind"] == "function":
-        name = spec["type"] if inplace_ok else out_of_place_name(spec["type"])
-        return Rebuilt(resolve_name(name), None, spec["args"], spec["kwargs"])
+        name, kwargs = spec["type"], spec["kwargs"]
+        if not inplace_ok:
+            name = out_of_place_name(name)
+            if kwargs.get("inplace") is True:
+                kwargs = {**kwargs, "inplace": False}
+        return Rebuilt(resolve_name(name), None, spec["args"], kwargs)
     raise SpecError(f"unknown op kind {spec.get('kind')!r}")
 
 
