@@ -446,11 +446,11 @@ def test_the_committed_measurements_are_sane(gpu):
     # Round 1, the adaptive rounds 2 and 3, the power round 4 and the convolutions of rounds
     # 5 and 6 (data/op-space/README.md), each fully measured; on the H100 rounds 9, 12, 14;
     # on both the power rounds 16 and 17; on the H200 rounds 18, 19, 22, 24, 26, 28, 30-34, 36,
-    # 38, 40, 42, 44, 46, 48, 51-53.
+    # 38, 40, 42, 44, 46, 48, 51-54.
     own = (
         (9, 12, 14)
         if gpu == "h100"
-        else (18, 19, 22, 24, 26, 28, 30, 31, 32, 33, 34, 36, 38, 40, 42, 44, 46, 48, 51, 52, 53)
+        else (18, 19, 22, 24, 26, 28, *range(30, 35), 36, 38, 40, 42, 44, 46, 48, *range(51, 55))
     )
     measured = (2, 3, 4, 5, 6, *own, 16, 17)
     rounds = ["samples.parquet", *(f"samples-r{r}.parquet" for r in measured)]
@@ -601,8 +601,8 @@ def test_generator_2_samples_small_maps_and_grouped_convolutions_as_networks_bui
     assert opspace.sample(counts, seed=0, generator=1)["op_id"].tolist() == (
         opspace.sample(counts, seed=0, generator=2)["op_id"].tolist()
     )
-    with pytest.raises(opspace.OpSpaceError, match="generator 21"):
-        opspace.sample({"conv": 1}, generator=21)
+    with pytest.raises(opspace.OpSpaceError, match="generator 22"):
+        opspace.sample({"conv": 1}, generator=22)
 
 
 def test_generator_6_samples_dense_convolutions_of_aligned_widths():
@@ -1166,7 +1166,7 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     generator version a round names keeps it as measured."""
     study = load_study_file(REPO / "config/op-space.yaml")
     rounds = osw.op_space_round_counts(study)
-    assert len(rounds) == 53
+    assert len(rounds) == 55
     for r in range(2, len(rounds) + 1):
         params = osw.op_space_round_params(study, r)
         committed = pd.read_parquet(DATA / f"samples-r{r}.parquet")
@@ -1372,3 +1372,89 @@ def test_two_h100_boards_agree_on_kernel_time_but_not_on_power():
     assert 1.05 < power.median() < 1.15
     assert (power > 1).mean() > 0.85
     assert 1.05 < idle.median() < 1.15
+
+
+#: Generator 21's families and the op types each draws.
+_GENERATOR_21 = {
+    "linear": {"torch.nn.functional.linear"},
+    "activation": {"torch.nn.functional.relu", "torch.sigmoid"},
+    "pool": {
+        "torch.nn.functional.max_pool2d",
+        "torch.nn.functional.avg_pool2d",
+        "torch.nn.functional.adaptive_avg_pool2d",
+    },
+    "softmax": {"torch.nn.functional.softmax"},
+    "elementwise": {"torch.nn.functional.normalize", "torch.Tensor.add", "torch.Tensor.mul"},
+    "copy": {"torch.nn.functional.pad", "torch.roll", "torch.Tensor.reshape"},
+}
+
+
+def _signature(spec):
+    """How a call is made, whatever its sizes: its type, which inputs are parameters, and
+    the keyword arguments it names; for the ops of an attention block's query, which
+    inputs are strided views."""
+    query = spec["type"] in ("torch.nn.functional.normalize", "torch.Tensor.mul")
+    return (
+        spec["type"],
+        spec["kind"],
+        tuple(t["param"] for t in spec["inputs"]),
+        tuple("stride" in t for t in spec["inputs"]) if query else (),
+        tuple(sorted(spec["kwargs"])),
+    )
+
+
+def test_generator_21_samples_the_calls_networks_make_as_functions_and_round_trips():
+    table = opspace.sample({f: 80 for f in _GENERATOR_21}, seed=0, generator=21)
+    for family, types in _GENERATOR_21.items():
+        assert set(table.loc[table["family"] == family, "type"]) == types, family
+        fam = opspace.FAMILIES[family]
+        for u in opspace.points(family, 6, seed=5):
+            params, spec = opspace.fit(family, fam.params(u, 21), 21)
+            call = fam.call(params)
+            found = [s for s in extract_ops(_InANetwork(call), (1,)) if s["type"] == spec["type"]]
+            assert [specs.op_id(s) for s in found] == [specs.op_id(spec)], family
+    # Every reshape copies: none could view its strided input.
+    from opcost.model.roofline import view_strides
+
+    for spec in map(json.loads, table.loc[table["type"] == "torch.Tensor.reshape", "spec"]):
+        (x,), (out,) = spec["inputs"], spec["outputs"]
+        assert view_strides(x["shape"], x["stride"], out["shape"]) is None
+    # The smallest of each family rebuild from their specs and run on the CPU, both modes.
+    table["numel"] = [_numel(json.loads(s)) for s in table["spec"]]
+    for spec in table.sort_values("numel").groupby("type").head(1)["spec"].map(json.loads):
+        for training in (False, True):
+            op = specs.rebuild(spec, inplace_ok=not training)
+            with torch.set_grad_enabled(training):
+                out = op(specs.random_inputs(spec, requires_grad=training))
+            assert list(out.shape) == spec["outputs"][0]["shape"], spec["type"]
+            if training:
+                out.sum().backward()
+
+
+def test_generator_21_calls_are_made_as_torchvision_s_networks_make_them():
+    """Each call generator 21 draws has the signature (:func:`_signature`) of one that a
+    torchvision network makes: Swin's windowed attention, DenseNet's functional ReLU
+    and pooling, Inception's functional max and average pooling."""
+
+    class InceptionPools(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Identity()
+
+        def forward(self, x):
+            x = self.layer(x)
+            x = torch.nn.functional.max_pool2d(x, kernel_size=3, stride=2)
+            return torch.nn.functional.avg_pool2d(x, kernel_size=3, stride=1, padding=1)
+
+    from opcost.extract import extract_model_input
+    from opcost.names import ModelInput
+
+    seen = {
+        _signature(json.loads(s))
+        for name in ("swin_t", "swin_v2_t", "densenet121")
+        for s in extract_model_input(ModelInput(name, (2, 3, 64, 64)))["spec"]
+    }
+    seen |= {_signature(s) for s in extract_ops(InceptionPools(), (1, 8, 17, 17))}
+    table = opspace.sample({f: 60 for f in _GENERATOR_21}, seed=1, generator=21)
+    drawn = {_signature(json.loads(s)) for s in table["spec"]}
+    assert drawn - seen == set()

@@ -58,9 +58,11 @@ COLUMNS = ("op_id", "family", "type", "kind", "spec", "sample", "round", "genera
 #: norms only (:func:`opcost.opspace_ops._norm`), 17 matrix products only
 #: (:func:`opcost.opspace_ops._matmul`), 19 linear layers only
 #: (:func:`opcost.opspace_ops._linear`), 20 attention only
-#: (:func:`opcost.opspace_ops._attention`); a family a version leaves maps as the version
-#: before.
-GENERATORS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20)
+#: (:func:`opcost.opspace_ops._attention`), 21 the calls networks make as functions and a
+#: shifted-window block's ops (linear layers, activations, pooling, elementwise ops,
+#: softmax and copies: :mod:`opcost.opspace_ops`); a family a version leaves maps as the
+#: version before.
+GENERATORS = tuple(range(1, 22))
 
 
 class OpSpaceError(OpcostError, ValueError):

@@ -22,7 +22,10 @@ def _nchw(p: dict[str, Any]) -> tuple[int, int, int, int]:
 
 def _linear(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
     """A linear layer on ``(batch, fin)`` or ``(batch, tokens, fin)``, widths of 8-8192
-    drawn apart; from generator 19 on, :func:`_block_linear`."""
+    drawn apart; from generator 19 on, :func:`_block_linear`; from generator 21 on, the same
+    layer called as ``F.linear(x, weight, bias)`` (Swin's attention, with its bias)."""
+    if generator >= 21:
+        return {**_block_linear(u), "functional": True, "bias": True}
     if generator >= 19:
         return _block_linear(u)
     return {
@@ -86,6 +89,8 @@ def _linear_call(p: dict[str, Any]) -> Call:
         shape = (p["batch"], p["tokens"], p["fin"])
     else:
         shape = (p["batch"], p["fin"])
+    if p.get("functional"):
+        return _f(torch.nn.functional.linear, _t(*shape), lin.weight, lin.bias)
     return _m(lin, _t(*shape))
 
 
@@ -308,22 +313,48 @@ _ACTIVATIONS = ("ReLU", "ReLU6", "GELU", "SiLU", "Hardswish", "Hardsigmoid", "Si
 _INPLACE = frozenset({"ReLU", "ReLU6", "SiLU", "Hardswish", "Hardsigmoid"})
 
 
-def _activation(u: Sequence[float]) -> dict[str, Any]:
+#: Generator 21's activations called as functions: Inception's and DenseNet's
+#: ``F.relu(x, inplace=True)`` (or not), and ``torch.sigmoid`` (Swin V2's).
+FUNCTIONAL_ACTIVATIONS = (("relu", "sigmoid"), (0.7, 0.3))
+
+
+def _activation(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
+    """An activation module of :data:`_ACTIVATIONS` on a tensor of :func:`_tensor_shape`,
+    in place (where it can be) six times in ten; from generator 21 on, one called as a
+    function (:data:`FUNCTIONAL_ACTIVATIONS`)."""
     p = _tensor_shape(u)
+    if generator >= 21:
+        p["type"] = "F." + pick(u[5], *FUNCTIONAL_ACTIVATIONS)
+        p["inplace"] = p["type"] == "F.relu" and u[6] < 0.6
+        return p
     p["type"] = pick(u[5], _ACTIVATIONS)
     p["inplace"] = p["type"] in _INPLACE and u[6] < 0.6
     return p
 
 
 def _activation_call(p: dict[str, Any]) -> Call:
-    cls = getattr(torch.nn, p["type"])
-    return _m(cls(inplace=True) if p["inplace"] else cls(), _tensor(p))
+    x, kind = _tensor(p), p["type"]
+    if kind == "F.sigmoid":
+        return _f(torch.sigmoid, x)
+    if kind == "F.relu":  # its torch-function dispatch names ``inplace``, as networks record it
+        return _f(torch.nn.functional.relu, x, inplace=bool(p["inplace"]))
+    cls = getattr(torch.nn, kind)
+    return _m(cls(inplace=True) if p["inplace"] else cls(), x)
 
 
-def _pool(u: Sequence[float]) -> dict[str, Any]:
+def _pool(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
+    """A pooling module on an NCHW map of 2-224: max (kernel 2 or 3, stride 2), average or
+    adaptive average (to 1x1 or 7x7); from generator 21 on, one called as a function as
+    Inception and DenseNet call it: ``F.max_pool2d(x, 3, stride=2)``,
+    ``F.avg_pool2d(x, 3, stride=1, padding=1)``, ``F.adaptive_avg_pool2d(x, (1, 1))``."""
     p = _tensor_shape(u)
     p["layout"] = "nchw"
     p["spatial"] = max(2, log_int(u[3], 2, 224))
+    if generator >= 21:
+        kinds = ["F.max_pool2d", "F.avg_pool2d", "F.adaptive_avg_pool2d"]
+        p["type"] = pick(u[5], kinds, [0.35, 0.35, 0.3])
+        p["spatial"] = max(3, p["spatial"])
+        return p
     p["type"] = pick(u[5], ["max", "avg", "adaptive"], [0.45, 0.2, 0.35])
     p["kernel"] = pick(u[6], [2, 3])
     p["output"] = pick(u[6], [1, 7], [0.8, 0.2])
@@ -331,6 +362,15 @@ def _pool(u: Sequence[float]) -> dict[str, Any]:
 
 
 def _pool_call(p: dict[str, Any]) -> Call:
+    f = torch.nn.functional
+    if p["type"] == "F.max_pool2d":
+        # The keywords F.max_pool2d's dispatch passes on, as a network's call records them.
+        kw = {"padding": 0, "dilation": 1, "ceil_mode": False, "return_indices": False}
+        return _f(f.max_pool2d, _tensor(p), 3, stride=2, **kw)
+    if p["type"] == "F.avg_pool2d":
+        return _f(f.avg_pool2d, _tensor(p), kernel_size=3, stride=1, padding=1)
+    if p["type"] == "F.adaptive_avg_pool2d":
+        return _f(f.adaptive_avg_pool2d, _tensor(p), (1, 1))
     k = min(p["kernel"], p["spatial"])
     module = {
         "max": lambda: torch.nn.MaxPool2d(k, stride=2, padding=k // 2 if k == 3 else 0),
@@ -340,7 +380,12 @@ def _pool_call(p: dict[str, Any]) -> Call:
     return _m(module, _tensor(p))
 
 
-def _elementwise(u: Sequence[float]) -> dict[str, Any]:
+def _elementwise(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
+    """An elementwise op on a tensor of :func:`_tensor_shape`: ``add``, ``add_``, ``mul``,
+    a squeeze-and-excitation scale, a spatial ``mean`` or ``StochasticDepth``; from
+    generator 21 on, :func:`_window_elementwise`."""
+    if generator >= 21:
+        return _window_elementwise(u)
     p = _tensor_shape(u)
     p["type"] = pick(u[5], ["add", "add_", "mul", "scale", "mean", "stochastic_depth"])
     if p["type"] in ("scale", "mean"):
@@ -348,10 +393,47 @@ def _elementwise(u: Sequence[float]) -> dict[str, Any]:
     return p
 
 
+#: Generator 21's elementwise ops of an attention block, and how often each.
+WINDOW_ELEMENTWISE = (("normalize", "bias", "logit_scale", "q_scale"), (0.35, 0.25, 0.15, 0.25))
+
+
+def _window_elementwise(u: Sequence[float]) -> dict[str, Any]:
+    """An elementwise op of an attention block on ``(windows, heads, tokens, ...)``:
+    ``F.normalize(q, dim=-1)`` of a query that is a view of a fused q, k, v projection
+    (Swin V2's cosine attention), the scores plus a relative position bias of ``(1,
+    heads, tokens, tokens)``, the scores times a per-head logit scale ``(heads, 1, 1)``, or
+    a query view times a scalar (:data:`WINDOW_ELEMENTWISE`); :data:`ATTENTION_TOKENS`,
+    :data:`TRANSFORMER_HEADS` heads of :data:`HEAD_DIMS`, a batch of windows of 1-2,048
+    (a power of two)."""
+    return {
+        "type": pick(u[1], *WINDOW_ELEMENTWISE),
+        "batch": power_of_two(u[0], 1, 2048),
+        "heads": pick(u[2], *TRANSFORMER_HEADS),
+        "tokens": pick(u[3], *ATTENTION_TOKENS),
+        "head_dim": pick(u[4], *HEAD_DIMS),
+    }
+
+
+def _query_view(b: int, n: int, h: int, d: int) -> torch.Tensor:
+    """The query of ``(b, n, 3, h, d)``'s fused projection, as ``(b, h, n, d)``: a view."""
+    return _t(b, n, 3, h, d).permute(2, 0, 3, 1, 4)[0]
+
+
 def _elementwise_call(p: dict[str, Any]) -> Call:
     from torchvision.ops import StochasticDepth
 
-    x, kind = _tensor(p), p["type"]
+    kind = p["type"]
+    if kind in WINDOW_ELEMENTWISE[0]:
+        b, h, n, d = p["batch"], p["heads"], p["tokens"], p["head_dim"]
+        if kind == "normalize":
+            q = _query_view(b, n, h, d)
+            return _f(torch.nn.functional.normalize, q, p=2.0, dim=-1, eps=1e-12, out=None)
+        if kind == "q_scale":
+            return _f(torch.Tensor.mul, _query_view(b, n, h, d), d**-0.5)
+        if kind == "bias":
+            return _f(torch.Tensor.add, _t(b, h, n, n), _t(1, h, n, n))
+        return _f(torch.Tensor.mul, _t(b, h, n, n), _t(h, 1, 1))
+    x = _tensor(p)
     if kind in ("add", "add_", "mul"):
         fn = {"add": torch.Tensor.add, "add_": torch.Tensor.add_, "mul": torch.Tensor.mul}[kind]
         return _f(fn, x, _tensor(p))
@@ -362,7 +444,12 @@ def _elementwise_call(p: dict[str, Any]) -> Call:
     return _m(StochasticDepth(0.1, "row"), x)
 
 
-def _softmax(u: Sequence[float]) -> dict[str, Any]:
+def _softmax(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
+    """A softmax over the last dimension (``torch.softmax`` or ``nn.Softmax``) of
+    ``(batch, heads, rows, columns)``, each log-uniform; from generator 21 on,
+    :func:`_window_softmax`."""
+    if generator >= 21:
+        return _window_softmax(u)
     return {
         "type": pick(u[0], ["function", "module"]),
         "batch": log_int(u[1], 1, 256),
@@ -372,8 +459,27 @@ def _softmax(u: Sequence[float]) -> dict[str, Any]:
     }
 
 
+def _window_softmax(u: Sequence[float]) -> dict[str, Any]:
+    """An attention block's softmax called as ``F.softmax(scores, dim=-1)`` (Swin's,
+    MaxViT's): scores of :data:`ATTENTION_TOKENS` squared for :data:`TRANSFORMER_HEADS`
+    heads, a power-of-two batch (1-256), of 1-64 windows (half the time, as a shifted
+    window's 5-D view) or of one."""
+    tokens = pick(u[3], *ATTENTION_TOKENS)
+    return {
+        "type": "functional",
+        "batch": power_of_two(u[1], 1, 256),
+        "groups": power_of_two(u[4], 1, 64) if beyond(u[4]) < 0.5 else 0,
+        "heads": pick(u[2], *TRANSFORMER_HEADS),
+        "rows": tokens,
+        "cols": tokens,
+    }
+
+
 def _softmax_call(p: dict[str, Any]) -> Call:
-    x = _t(p["batch"], p["heads"], p["rows"], p["cols"])
+    lead = (p["batch"], p["groups"]) if p.get("groups") else (p["batch"],)
+    x = _t(*lead, p["heads"], p["rows"], p["cols"])
+    if p["type"] == "functional":
+        return _f(torch.nn.functional.softmax, x, dim=-1, _stacklevel=3, dtype=None)
     if p["type"] == "module":
         return _m(torch.nn.Softmax(dim=-1), x)
     return _f(torch.softmax, x, -1)
@@ -401,14 +507,71 @@ def _cat_call(p: dict[str, Any]) -> Call:
     return _f(torch.cat, parts, dim=1)
 
 
-def _copy(u: Sequence[float]) -> dict[str, Any]:
+def _copy(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
+    """``contiguous()`` of shufflenet's channel shuffle or of an NCHW-to-NHWC permute, on a
+    tensor of :func:`_tensor_shape`; from generator 21 on, :func:`_window_copy`."""
+    if generator >= 21:
+        return _window_copy(u)
     p = _tensor_shape(u)
     p["layout"] = "nchw"
     p["view"] = pick(u[5], ["shuffle", "permute"])
     return p
 
 
+#: Generator 21's copies of a shifted-window block, and how often each.
+WINDOW_COPIES = (("pad", "roll", "partition", "merge", "heads"), (0.2, 0.25, 0.2, 0.2, 0.15))
+
+
+def _window_copy(u: Sequence[float]) -> dict[str, Any]:
+    """A copy a shifted-window block (Swin's) makes of a stage's channels-last map
+    ``(batch, map, map, width)``: ``F.pad`` to a multiple of the window, ``torch.roll``
+    by half a window over the map's two dimensions, the ``reshape`` that gathers its
+    windows ``(batch x windows, window², width)`` and the one that merges them back, or the
+    ``reshape`` that joins the heads of ``(batch x windows, heads, window², width /
+    heads)`` transposed (:data:`WINDOW_COPIES`); a stage's map of 4x4 patches
+    (:data:`opcost.opspace_conv.PATCH_HALVINGS`), a window of 7 or 8, a width of
+    :func:`opcost.opspace_conv.block_width` (32-2048), a power-of-two batch (1-256)."""
+    window = pick(u[4], [7, 8], [0.6, 0.4])
+    side = max(stage_map(u[3], PATCH_HALVINGS), 1)
+    kind = pick(u[1], *WINDOW_COPIES)
+    if kind in ("partition", "merge") and side <= window:  # one window: a view, no copy
+        side = 2 * window
+    return {
+        "type": kind,
+        "batch": power_of_two(u[0], 1, 256),
+        "spatial": side,
+        "channels": max(block_width(u[2]), 32),
+        "window": min(window, side),
+        "shift": 1 if beyond(u[4]) < 0.5 else -1,
+        "heads": pick(u[5], *TRANSFORMER_HEADS),
+    }
+
+
+def _window_copy_call(p: dict[str, Any]) -> Call:
+    b, side, c, ws, kind = p["batch"], p["spatial"], p["channels"], p["window"], p["type"]
+    padded = -(-side // ws) * ws
+    if kind == "pad":
+        pad = padded - side
+        x = _t(b, side, side, c)
+        return _f(torch.nn.functional.pad, x, (0, 0, 0, pad, 0, pad), mode="constant", value=None)
+    if kind == "roll":
+        s = p["shift"] * (ws // 2)
+        return _f(torch.roll, _t(b, side, side, c), shifts=(s, s), dims=(1, 2))
+    n = padded // ws
+    if kind == "partition":
+        x = _t(b, n, ws, n, ws, c).permute(0, 1, 3, 2, 4, 5)
+        return _f(torch.Tensor.reshape, x, b * n * n, ws * ws, c)
+    if kind == "merge":
+        x = _t(b, n, n, ws, ws, c).permute(0, 1, 3, 2, 4, 5)
+        return _f(torch.Tensor.reshape, x, b, padded, padded, c)
+    h = max(min(p["heads"], c // 8), 1)
+    x = _t(b * n * n, h, ws * ws, c // h).transpose(1, 2)
+    return _f(torch.Tensor.reshape, x, b * n * n, ws * ws, c // h * h)
+
+
 def _copy_call(p: dict[str, Any]) -> Call:
+    if p.get("type") in WINDOW_COPIES[0]:
+        return _window_copy_call(p)
     n, c, h, w = _nchw(p)
     if p["view"] == "shuffle":  # shufflenet's channel shuffle: the transposed groups
         c = round_to(c, 2)
@@ -441,7 +604,10 @@ def _view_call(p: dict[str, Any]) -> Call:
 
 
 #: The families here whose map from the unit cube depends on the generator version.
-VERSIONED_FAMILIES = frozenset({"linear", "norm", "matmul", "attention"})
+VERSIONED_FAMILIES = frozenset(
+    ("linear", "norm", "matmul", "attention")
+    + ("activation", "pool", "elementwise", "softmax", "copy")  # generator 21's
+)
 
 #: Each family's dimensions in the unit cube, its map from a point to parameters and its
 #: call, in the order :data:`opcost.opspace.FAMILIES` lists them after convolutions.

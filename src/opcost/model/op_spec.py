@@ -101,7 +101,8 @@ _BY_NAME: dict[str, str] = {
     ),
     **dict.fromkeys(("add", "mul", "sub", "div", "truediv", "mean", "sum"), "elementwise"),
     **dict.fromkeys(
-        ("stochasticdepth", "stochastic_depth", "neg", "pow", "masked_fill"), "elementwise"
+        ("stochasticdepth", "stochastic_depth", "neg", "pow", "masked_fill", "normalize"),
+        "elementwise",
     ),
     **dict.fromkeys(("softmax", "log_softmax", "logsoftmax"), "softmax"),
     **dict.fromkeys(("dropout", "dropout1d", "dropout2d", "dropout3d"), "dropout"),
