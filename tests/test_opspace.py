@@ -446,11 +446,28 @@ def test_the_committed_measurements_are_sane(gpu):
     # Round 1, the adaptive rounds 2 and 3, the power round 4 and the convolutions of rounds
     # 5 and 6 (data/op-space/README.md), each fully measured; on the H100 rounds 9, 12, 14;
     # on both the power rounds 16 and 17; on the H200 rounds 18, 19, 22, 24, 26, 28, 30-34, 36,
-    # 38, 40, 42, 44, 46, 48, 51-54.
+    # 38, 40, 42, 44, 46, 48, 51-54, 56.
     own = (
         (9, 12, 14)
         if gpu == "h100"
-        else (18, 19, 22, 24, 26, 28, *range(30, 35), 36, 38, 40, 42, 44, 46, 48, *range(51, 55))
+        else (
+            18,
+            19,
+            22,
+            24,
+            26,
+            28,
+            *range(30, 35),
+            36,
+            38,
+            40,
+            42,
+            44,
+            46,
+            48,
+            *range(51, 55),
+            56,
+        )
     )
     measured = (2, 3, 4, 5, 6, *own, 16, 17)
     rounds = ["samples.parquet", *(f"samples-r{r}.parquet" for r in measured)]
@@ -601,8 +618,8 @@ def test_generator_2_samples_small_maps_and_grouped_convolutions_as_networks_bui
     assert opspace.sample(counts, seed=0, generator=1)["op_id"].tolist() == (
         opspace.sample(counts, seed=0, generator=2)["op_id"].tolist()
     )
-    with pytest.raises(opspace.OpSpaceError, match="generator 22"):
-        opspace.sample({"conv": 1}, generator=22)
+    with pytest.raises(opspace.OpSpaceError, match="generator 23"):
+        opspace.sample({"conv": 1}, generator=23)
 
 
 def test_generator_6_samples_dense_convolutions_of_aligned_widths():
@@ -1166,7 +1183,7 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     generator version a round names keeps it as measured."""
     study = load_study_file(REPO / "config/op-space.yaml")
     rounds = osw.op_space_round_counts(study)
-    assert len(rounds) == 55
+    assert len(rounds) == 56
     for r in range(2, len(rounds) + 1):
         params = osw.op_space_round_params(study, r)
         committed = pd.read_parquet(DATA / f"samples-r{r}.parquet")
@@ -1458,3 +1475,31 @@ def test_generator_21_calls_are_made_as_torchvision_s_networks_make_them():
     table = opspace.sample({f: 60 for f in _GENERATOR_21}, seed=1, generator=21)
     drawn = {_signature(json.loads(s)) for s in table["spec"]}
     assert drawn - seen == set()
+
+
+def test_generator_22_samples_a_table_gathered_by_indices_spread_over_its_rows():
+    table = opspace.sample({"copy": 80}, seed=0, generator=22)
+    assert set(table["type"]) == {"torch.Tensor.__getitem__"}
+    gathers = [json.loads(s) for s in table["spec"]]
+    rows = [g["inputs"][0]["shape"][0] for g in gathers]
+    # Relative position tables of windows of 7, 8, 12 and 16, and others.
+    assert {169, 225, 529, 961} <= set(rows)
+    assert {g["inputs"][0]["param"] for g in gathers} == {True, False}
+    fam = opspace.FAMILIES["copy"]
+    for u in opspace.points("copy", 4, seed=5):
+        params, spec = opspace.fit("copy", fam.params(u, 22), 22)
+        found = [
+            s for s in extract_ops(_InANetwork(fam.call(params)), (1,)) if s["type"] == spec["type"]
+        ]
+        assert [specs.op_id(s) for s in found] == [specs.op_id(spec)]
+    # Measured, the indices spread over the table's rows, and the backward accumulates.
+    small = min(gathers, key=_numel)
+    table_, index = specs.random_inputs(small, requires_grad=True)
+    rows = small["inputs"][0]["shape"][0]
+    assert int(index.min()) >= 0
+    assert int(index.max()) < rows
+    assert index.unique().numel() > 2  # not the 0s and 1s of other integer inputs
+    out = specs.rebuild(small, inplace_ok=False)([table_, index])
+    out.sum().backward()
+    counts = torch.bincount(index, minlength=table_.shape[0]).float()
+    assert torch.equal(table_.grad[:, 0], counts)

@@ -60,9 +60,9 @@ COLUMNS = ("op_id", "family", "type", "kind", "spec", "sample", "round", "genera
 #: (:func:`opcost.opspace_ops._linear`), 20 attention only
 #: (:func:`opcost.opspace_ops._attention`), 21 the calls networks make as functions and a
 #: shifted-window block's ops (linear layers, activations, pooling, elementwise ops,
-#: softmax and copies: :mod:`opcost.opspace_ops`); a family a version leaves maps as the
-#: version before.
-GENERATORS = tuple(range(1, 22))
+#: softmax and copies: :mod:`opcost.opspace_ops`), 22 copies only (a table gathered by a
+#: tensor of indices); a family a version leaves maps as the version before.
+GENERATORS = tuple(range(1, 23))
 
 
 class OpSpaceError(OpcostError, ValueError):

@@ -509,7 +509,10 @@ def _cat_call(p: dict[str, Any]) -> Call:
 
 def _copy(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
     """``contiguous()`` of shufflenet's channel shuffle or of an NCHW-to-NHWC permute, on a
-    tensor of :func:`_tensor_shape`; from generator 21 on, :func:`_window_copy`."""
+    tensor of :func:`_tensor_shape`; from generator 21 on, :func:`_window_copy`; from
+    generator 22 on, :func:`_gather`."""
+    if generator >= 22:
+        return _gather(u)
     if generator >= 21:
         return _window_copy(u)
     p = _tensor_shape(u)
@@ -547,6 +550,37 @@ def _window_copy(u: Sequence[float]) -> dict[str, Any]:
     }
 
 
+#: Generator 22's windows of a relative position table: ``(2w - 1)²`` rows gathered by
+#: ``w⁴`` indices (Swin's 7 and 8, MaxViT's 7; 16 for larger windows), and how often each.
+GATHER_WINDOWS = ((7, 8, 12, 16), (0.4, 0.3, 0.15, 0.15))
+
+
+def _gather(u: Sequence[float]) -> dict[str, Any]:
+    """A table gathered by a tensor of indices, ``table[index]``: a relative position
+    bias table of a window of :data:`GATHER_WINDOWS` (``(2w - 1)²`` rows, ``w⁴`` indices)
+    with one column per head (:data:`TRANSFORMER_HEADS`) seven times in ten (Swin's and
+    MaxViT's; a parameter, or half the time a computed table, Swin V2's), else rows and
+    indices of 16-65,536 and columns of 1-1,024 (an embedding's); the indices are drawn
+    over the table's rows when measured (:func:`opcost.spec.random_inputs`)."""
+    w = pick(u[0], *GATHER_WINDOWS)
+    bias = u[1] < 0.7
+    return {
+        "type": "gather",
+        "rows": (2 * w - 1) ** 2 if bias else log_int(u[2], 16, 65536),
+        "indices": w**4 if bias else log_int(u[3], 16, 65536),
+        "columns": pick(u[4], *TRANSFORMER_HEADS) if bias else width(u[4], 1, 1024),
+        "param": beyond(u[1]) < 0.5 or not bias,
+    }
+
+
+def _gather_call(p: dict[str, Any]) -> Call:
+    table = _t(p["rows"], p["columns"])
+    if p["param"]:
+        table = torch.nn.Parameter(table)
+    index = torch.empty(p["indices"], dtype=torch.long, device="meta")
+    return _f(torch.Tensor.__getitem__, table, index)
+
+
 def _window_copy_call(p: dict[str, Any]) -> Call:
     b, side, c, ws, kind = p["batch"], p["spatial"], p["channels"], p["window"], p["type"]
     padded = -(-side // ws) * ws
@@ -570,6 +604,8 @@ def _window_copy_call(p: dict[str, Any]) -> Call:
 
 
 def _copy_call(p: dict[str, Any]) -> Call:
+    if p.get("type") == "gather":
+        return _gather_call(p)
     if p.get("type") in WINDOW_COPIES[0]:
         return _window_copy_call(p)
     n, c, h, w = _nchw(p)
@@ -606,7 +642,7 @@ def _view_call(p: dict[str, Any]) -> Call:
 #: The families here whose map from the unit cube depends on the generator version.
 VERSIONED_FAMILIES = frozenset(
     ("linear", "norm", "matmul", "attention")
-    + ("activation", "pool", "elementwise", "softmax", "copy")  # generator 21's
+    + ("activation", "pool", "elementwise", "softmax", "copy")  # generators 21's and 22's
 )
 
 #: Each family's dimensions in the unit cube, its map from a point to parameters and its

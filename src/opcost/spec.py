@@ -379,9 +379,11 @@ def random_inputs(
     generator: torch.Generator | None = None,
 ) -> list[torch.Tensor]:
     """Random tensors of the spec's input shapes (floating inputs cast to ``float_dtype``),
-    with the recorded strides where an input was not contiguous."""
+    with the recorded strides where an input was not contiguous. Integer inputs are 0 or 1,
+    but those that index the rows of another input (``table[index]``), which are drawn
+    over its rows, as an index spreads over the table it gathers from."""
     out = []
-    for inp in spec["inputs"]:
+    for k, inp in enumerate(spec["inputs"]):
         shape, stride = inp["shape"], inp.get("stride")
         # A strided input is a view of a buffer just large enough for its strides.
         size = [_storage_numel(shape, stride)] if stride is not None else shape
@@ -392,13 +394,30 @@ def random_inputs(
         elif dtype == torch.bool:
             t = torch.randint(0, 2, size, device=device, generator=generator).bool()
         else:
-            t = torch.randint(0, 2, size, dtype=dtype, device=device, generator=generator)
+            high = _index_rows(spec, k) or 2
+            t = torch.randint(0, high, size, dtype=dtype, device=device, generator=generator)
         if stride is not None:
             t = t.as_strided(shape, stride).detach()
         if dtype.is_floating_point:
             t.requires_grad_(requires_grad)
         out.append(t)
     return out
+
+
+def _index_rows(spec: dict[str, Any], k: int) -> int | None:
+    """The rows input ``k`` indexes where the spec gathers ``table[index]`` with it (a
+    ``__getitem__`` of one tensor by another), else None."""
+    args = spec.get("args") or []
+    if (
+        spec["type"].endswith("__getitem__")
+        and len(args) == 2
+        and args[1] == {"__tensor__": k}
+        and isinstance(args[0], dict)
+        and "__tensor__" in args[0]
+    ):
+        shape = spec["inputs"][args[0]["__tensor__"]]["shape"]
+        return int(shape[0]) if shape else None
+    return None
 
 
 def _storage_numel(shape: Sequence[int], stride: Sequence[int]) -> int:
