@@ -139,7 +139,8 @@ def test_measured_op_models_train_on_the_studys_chunks_and_the_tf32_twins(repo):
     # round 19's 400 (two) with TF32 on, round 20's 400 (two) and 21's 300 (two) off,
     # round 22's 600 (three) on and round 23's 400 (two) off, round 24's 1,500 (six) on
     # and round 25's 1,250 (five) off, round 26's 750 (three) on and round 27's 750
-    # (three) off, round 28's 250 (one) on.
+    # (three) off, round 28's 250 (one) on, ..., rounds 54's 400 (two) and 56's 80 (one)
+    # on and round 55's 80 (one) off.
     names = [
         *map(str, range(10)), *(f"r{r}-{c}" for r in (2, 3) for c in range(5)),
         "r4-0", "r5-0", "r5-1", "r6-0", "r6-1", "r6-2",
@@ -168,6 +169,7 @@ def test_measured_op_models_train_on_the_studys_chunks_and_the_tf32_twins(repo):
     h200_on += [raw.format("h200", f"r40-{c}") for c in range(3)]
     h200_on += [raw.format("h200", f"r42-{c}") for c in range(2)]
     h200_on += [raw.format("h200", f"r{r}-{c}") for r in (44, 46, 48, 51, 52, 53) for c in range(2)]
+    h200_on += [raw.format("h200", c) for c in ("r54-0", "r54-1", "r56-0")]
     h200_off = [c.format("h200-notf32") for c in (*off, *power_rounds)]
     h200_off += [raw.format("h200-notf32", f"r{r}-{c}") for r in (20, 21, 23) for c in (0, 1)]
     h200_off += [raw.format("h200-notf32", f"r25-{c}") for c in range(5)]
@@ -176,6 +178,7 @@ def test_measured_op_models_train_on_the_studys_chunks_and_the_tf32_twins(repo):
     h200_off += [raw.format("h200-notf32", f"r41-{c}") for c in range(2)]
     h200_off += [raw.format("h200-notf32", f"r43-{c}") for c in range(2)]
     h200_off += [raw.format("h200-notf32", f"r{r}-{c}") for r in (45, 47, 49, 50) for c in range(2)]
+    h200_off += [raw.format("h200-notf32", "r55-0")]
     # Pooled with the other GPU's configuration of its TF32 setting, the rounds only the
     # H100 measured included (op_space.model.pool_gpus, on by default); the families it
     # lacks from both TF32-on twins.
