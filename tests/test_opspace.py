@@ -429,15 +429,20 @@ def _measured(gpu):
     return pd.concat([t for t in tables if len(t)], ignore_index=True)
 
 
-#: Ops that launch no kernel in inference (eval): identities there, and ``contiguous`` of
-#: an input that is already contiguous (its spec has no strides).
+#: Ops that launch no kernel in inference (eval): identities there, ``contiguous`` of
+#: an input that is already contiguous (its spec has no strides), and views of part of a
+#: tensor (``chunk``, indexing without an index tensor).
 def _no_kernel_in_inference(row):
     if row.op_type in (
         "torch.nn.modules.dropout.Dropout",
         "torchvision.ops.stochastic_depth.StochasticDepth",
+        "torch.Tensor.chunk",
+        "torch.chunk",
     ):
         return True
     spec = json.loads(row.spec)
+    if row.op_type == "torch.Tensor.__getitem__":
+        return spec["args"][1:] != [{"__tensor__": 1}]
     return row.op_type == "torch.Tensor.contiguous" and "stride" not in spec["inputs"][0]
 
 
@@ -446,7 +451,7 @@ def test_the_committed_measurements_are_sane(gpu):
     # Round 1, the adaptive rounds 2 and 3, the power round 4 and the convolutions of rounds
     # 5 and 6 (data/op-space/README.md), each fully measured; on the H100 rounds 9, 12, 14;
     # on both the power rounds 16 and 17; on the H200 rounds 18, 19, 22, 24, 26, 28, 30-34, 36,
-    # 38, 40, 42, 44, 46, 48, 51-54, 56.
+    # 38, 40, 42, 44, 46, 48, 51-54, 56, 57.
     own = (
         (9, 12, 14)
         if gpu == "h100"
@@ -467,6 +472,7 @@ def test_the_committed_measurements_are_sane(gpu):
             48,
             *range(51, 55),
             56,
+            57,
         )
     )
     measured = (2, 3, 4, 5, 6, *own, 16, 17)
@@ -618,8 +624,8 @@ def test_generator_2_samples_small_maps_and_grouped_convolutions_as_networks_bui
     assert opspace.sample(counts, seed=0, generator=1)["op_id"].tolist() == (
         opspace.sample(counts, seed=0, generator=2)["op_id"].tolist()
     )
-    with pytest.raises(opspace.OpSpaceError, match="generator 23"):
-        opspace.sample({"conv": 1}, generator=23)
+    with pytest.raises(opspace.OpSpaceError, match="generator 24"):
+        opspace.sample({"conv": 1}, generator=24)
 
 
 def test_generator_6_samples_dense_convolutions_of_aligned_widths():
@@ -1183,7 +1189,7 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     generator version a round names keeps it as measured."""
     study = load_study_file(REPO / "config/op-space.yaml")
     rounds = osw.op_space_round_counts(study)
-    assert len(rounds) == 56
+    assert len(rounds) == 57
     for r in range(2, len(rounds) + 1):
         params = osw.op_space_round_params(study, r)
         committed = pd.read_parquet(DATA / f"samples-r{r}.parquet")
@@ -1485,13 +1491,7 @@ def test_generator_22_samples_a_table_gathered_by_indices_spread_over_its_rows()
     # Relative position tables of windows of 7, 8, 12 and 16, and others.
     assert {169, 225, 529, 961} <= set(rows)
     assert {g["inputs"][0]["param"] for g in gathers} == {True, False}
-    fam = opspace.FAMILIES["copy"]
-    for u in opspace.points("copy", 4, seed=5):
-        params, spec = opspace.fit("copy", fam.params(u, 22), 22)
-        found = [
-            s for s in extract_ops(_InANetwork(fam.call(params)), (1,)) if s["type"] == spec["type"]
-        ]
-        assert [specs.op_id(s) for s in found] == [specs.op_id(spec)]
+    _assert_round_trips(22, 4, "copy", opspace.points("copy", 4, seed=5))
     # Measured, the indices spread over the table's rows, and the backward accumulates.
     small = min(gathers, key=_numel)
     table_, index = specs.random_inputs(small, requires_grad=True)
@@ -1503,3 +1503,64 @@ def test_generator_22_samples_a_table_gathered_by_indices_spread_over_its_rows()
     out.sum().backward()
     counts = torch.bincount(index, minlength=table_.shape[0]).float()
     assert torch.equal(table_.grad[:, 0], counts)
+
+
+def _index_pattern(spec):
+    """How a view indexes its input, whatever its sizes: the type, the index with each
+    integer as ``i``, the keyword arguments, and whether the input is a strided view."""
+    index = json.dumps(spec["args"][1:])
+    for n in sorted({int(v) for v in __import__("re").findall(r"-?\d+", index)}, reverse=True):
+        index = index.replace(str(n), "i")
+    return spec["type"], index, tuple(sorted(spec["kwargs"])), "stride" in spec["inputs"][0]
+
+
+def test_generator_23_samples_views_of_part_of_a_tensor_as_networks_take_them():
+    """Generator 23's views take a part of a tensor as Swin (q, k, v; patch merging's
+    quarters; V2's crop of its padded windows), ViT (the class token), ShuffleNet V2 and
+    MaxViT (``chunk``) do; each round-trips through extraction; in training the backward
+    pass writes the whole input's gradient, which the roofline counts (X + 2 O; a split:
+    X + O), and in inference a view moves nothing."""
+    from opcost.extract import extract_model_input
+    from opcost.model import roofline as rl
+    from opcost.names import ModelInput
+
+    table = opspace.sample({"copy": 120}, seed=0, generator=23)
+    drawn = [json.loads(s) for s in table["spec"]]
+    seen = {
+        _index_pattern(json.loads(s))
+        for name, shape in (
+            ("swin_t", (2, 3, 64, 64)),
+            ("swin_v2_t", (2, 3, 64, 64)),
+            ("vit_b_16", (1, 3, 224, 224)),
+            ("shufflenet_v2_x0_5", (2, 3, 64, 64)),
+            ("maxvit_t", (1, 3, 224, 224)),
+        )
+        for s, t in extract_model_input(ModelInput(name, shape))[["spec", "type"]].itertuples(
+            index=False
+        )
+        if t.endswith(("__getitem__", "chunk"))
+    }
+    patterns = {_index_pattern(s) for s in drawn}
+    assert patterns <= seen
+    assert len(patterns) == 6  # q, k or v; a token; a quarter; a crop; two chunks
+    _assert_round_trips(23, 6, "copy", opspace.points("copy", 6, seed=5))
+    for spec in drawn:
+        whole = 4 * math.prod(spec["inputs"][0]["shape"])
+        parts = sum(4 * math.prod(o["shape"]) for o in spec["outputs"])
+        split = spec["type"].endswith("chunk")
+        if split:
+            assert parts == whole
+        else:
+            assert parts < whole
+        assert rl.op_work(spec, "training").bytes == whole + (1 if split else 2) * parts
+        assert rl.op_work(spec, "inference").bytes == 0
+    # The smallest of each kind rebuilds and runs both modes on the CPU, and its backward
+    # pass gives the whole input a gradient: the part's where taken, zeros elsewhere.
+    for spec in sorted(drawn, key=_numel)[:30]:
+        x = specs.random_inputs(spec, requires_grad=True)[0]
+        out = specs.rebuild(spec, inplace_ok=False)([x])
+        parts = list(out) if isinstance(out, tuple) else [out]
+        for k, part in enumerate(parts):
+            part.backward(torch.full_like(part, k + 1.0), retain_graph=True)
+        assert x.grad.shape == x.shape
+        assert float(x.grad.sum()) == sum((k + 1.0) * p.numel() for k, p in enumerate(parts))

@@ -225,6 +225,37 @@ def test_views_are_free() -> None:
     assert op_work(strided, "inference") == Work(0.0, 0.0)
 
 
+def test_a_view_of_part_of_its_input_writes_the_whole_gradient_in_training() -> None:
+    """``qkv[1]`` of a (3, 4, 5) tensor: free in inference; in training its backward pass
+    writes zeros over the whole input (240 B) and copies the part's gradient in (80 B read,
+    80 written). ``chunk`` into two: the whole gradient written, both halves read. A view
+    of the whole (``x[None]``) and an integer tensor's part stay free."""
+    select = {
+        "kind": "function",
+        "type": "torch.Tensor.__getitem__",
+        "args": [{"__tensor__": 0}, 1],
+        "kwargs": {},
+        "inputs": [{"shape": [3, 4, 5], "dtype": "float32", "param": False}],
+        "outputs": [{"shape": [4, 5], "dtype": "float32"}],
+    }
+    assert op_work(select, "inference") == Work(0.0, 0.0)
+    assert op_work(select, "training") == Work(0.0, 240 + 2 * 80)
+    chunk = dict(
+        select,
+        type="torch.Tensor.chunk",
+        args=[{"__tensor__": 0}, 2],
+        kwargs={"dim": 1},
+        outputs=[{"shape": [3, 2, 5], "dtype": "float32"}] * 2,
+    )
+    assert op_work(chunk, "training") == Work(0.0, 240 + 240)
+    whole = dict(select, args=[{"__tensor__": 0}, None])
+    whole["outputs"] = [{"shape": [1, 3, 4, 5], "dtype": "float32"}]
+    assert op_work(whole, "training") == Work(0.0, 0.0)
+    ints = copy.deepcopy(select)
+    ints["inputs"][0]["dtype"] = "int64"
+    assert op_work(ints, "training") == Work(0.0, 0.0)
+
+
 def test_view_strides_are_pytorchs_for_permuted_and_sliced_tensors() -> None:
     """Where no view of a tensor gives a new shape, ``view`` fails and ``reshape`` copies:
     checked against torch on the meta device, tensors permuted and sliced at random."""

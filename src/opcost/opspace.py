@@ -61,8 +61,10 @@ COLUMNS = ("op_id", "family", "type", "kind", "spec", "sample", "round", "genera
 #: (:func:`opcost.opspace_ops._attention`), 21 the calls networks make as functions and a
 #: shifted-window block's ops (linear layers, activations, pooling, elementwise ops,
 #: softmax and copies: :mod:`opcost.opspace_ops`), 22 copies only (a table gathered by a
-#: tensor of indices); a family a version leaves maps as the version before.
-GENERATORS = tuple(range(1, 23))
+#: tensor of indices), 23 copies only (a view of part of a tensor, which training's
+#: backward pass writes whole: :mod:`opcost.opspace_copies`); a family a version leaves
+#: maps as the version before.
+GENERATORS = tuple(range(1, 24))
 
 
 class OpSpaceError(OpcostError, ValueError):

@@ -62,6 +62,39 @@ def power_of_two(u: float, lo: int, hi: int) -> int:
     return lo * 2 ** min(int(u * (math.log2(hi // lo) + 1)), int(math.log2(hi // lo)))
 
 
+# -- what networks are built of -----------------------------------------------------------
+
+
+#: Generator 17's tokens of an attention block (a window of 7x7 or 8x8, ViT's 50 and
+#: 197, a map of 14x14 or 16x16 and larger) and head sizes, and how often each.
+ATTENTION_TOKENS = (
+    (49, 64, 50, 197, 196, 256, 576, 1024),
+    (0.25, 0.1, 0.1, 0.15, 0.1, 0.1, 0.1, 0.1),
+)
+HEAD_DIMS = ((32, 64, 128), (0.4, 0.4, 0.2))
+
+
+#: Generator 20's heads of a transformer's attention, and how often each: DeiT-Tiny's 3,
+#: ViT-Small's 6, ViT-Base's 12, ViT-Large's and ViT-Huge's 16, and between.
+TRANSFORMER_HEADS = ((2, 3, 4, 6, 8, 12, 16), (0.1, 0.05, 0.15, 0.15, 0.2, 0.2, 0.15))
+
+
+def nchw(p: dict[str, Any]) -> tuple[int, int, int, int]:
+    return p["batch"], p["channels"], p["spatial"], p["spatial"]
+
+
+def tensor_shape(u: Sequence[float]) -> dict[str, Any]:
+    """An activation tensor: NCHW (optionally channels-last) or tokens (N, L, C)."""
+    return {
+        "batch": log_int(u[0], 1, 256),
+        "layout": pick(u[1], ["nchw", "tokens"], [0.7, 0.3]),
+        "channels": width(u[2], 8, 2048),
+        "spatial": log_int(u[3], 1, 112),
+        "tokens": log_int(u[3], 4, 1024),
+        "channels_last": u[4] < 0.25,
+    }
+
+
 # -- building one configuration ------------------------------------------------------------
 
 

@@ -10,14 +10,24 @@ from typing import Any
 import torch
 
 from opcost.opspace_conv import PATCH_HALVINGS, block_width, stage_map
-from opcost.opspace_draw import Call, beyond, log_int, pick, power_of_two, round_to, width
+from opcost.opspace_copies import _copy, _copy_call
+from opcost.opspace_draw import (
+    ATTENTION_TOKENS,
+    HEAD_DIMS,
+    TRANSFORMER_HEADS,
+    Call,
+    beyond,
+    log_int,
+    nchw,
+    pick,
+    power_of_two,
+    round_to,
+    tensor_shape,
+    width,
+)
 from opcost.opspace_draw import function_call as _f
 from opcost.opspace_draw import meta_tensor as _t
 from opcost.opspace_draw import module_call as _m
-
-
-def _nchw(p: dict[str, Any]) -> tuple[int, int, int, int]:
-    return p["batch"], p["channels"], p["spatial"], p["spatial"]
 
 
 def _linear(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
@@ -109,15 +119,6 @@ def _matmul(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
     }
 
 
-#: Generator 17's tokens of an attention block (a window of 7x7 or 8x8, ViT's 50 and
-#: 197, a map of 14x14 or 16x16 and larger) and head sizes, and how often each.
-ATTENTION_TOKENS = (
-    (49, 64, 50, 197, 196, 256, 576, 1024),
-    (0.25, 0.1, 0.1, 0.15, 0.1, 0.1, 0.1, 0.1),
-)
-HEAD_DIMS = ((32, 64, 128), (0.4, 0.4, 0.2))
-
-
 def _attention_product(u: Sequence[float]) -> dict[str, Any]:
     """A matrix product of an attention block written out: the scores ``q k^T`` or the
     values ``a v`` (half each), by ``torch.einsum`` over 5-D operands (batch, window
@@ -183,11 +184,6 @@ def _attention(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
     }
 
 
-#: Generator 20's heads of a transformer's attention, and how often each: DeiT-Tiny's 3,
-#: ViT-Small's 6, ViT-Base's 12, ViT-Large's and ViT-Huge's 16, and between.
-TRANSFORMER_HEADS = ((2, 3, 4, 6, 8, 12, 16), (0.1, 0.05, 0.15, 0.15, 0.2, 0.2, 0.15))
-
-
 def _transformer_attention(u: Sequence[float]) -> dict[str, Any]:
     """A transformer block's attention: ``nn.MultiheadAttention`` seven times in ten (a
     self-attention as ViT calls it, which PyTorch runs fused in inference for an even
@@ -217,34 +213,22 @@ def _attention_call(p: dict[str, Any]) -> Call:
     return _f(torch.nn.functional.scaled_dot_product_attention, q, k, v)
 
 
-def _tensor_shape(u: Sequence[float]) -> dict[str, Any]:
-    """An activation tensor: NCHW (optionally channels-last) or tokens (N, L, C)."""
-    return {
-        "batch": log_int(u[0], 1, 256),
-        "layout": pick(u[1], ["nchw", "tokens"], [0.7, 0.3]),
-        "channels": width(u[2], 8, 2048),
-        "spatial": log_int(u[3], 1, 112),
-        "tokens": log_int(u[3], 4, 1024),
-        "channels_last": u[4] < 0.25,
-    }
-
-
 def _tensor(p: dict[str, Any]) -> torch.Tensor:
     if p["layout"] == "tokens":
         return _t(p["batch"], p["tokens"], p["channels"])
     if p["layout"] == "nhwc":  # a map with its channels last, as a LayerNorm takes it
-        n, c, h, w = _nchw(p)
+        n, c, h, w = nchw(p)
         return _t(n, c, h, w).permute(0, 2, 3, 1) if p["permuted"] else _t(n, h, w, c)
-    return _t(*_nchw(p), channels_last=p["channels_last"])
+    return _t(*nchw(p), channels_last=p["channels_last"])
 
 
 def _norm(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
     """A norm: BatchNorm2d, LayerNorm (tokens), LayerNorm2d (ConvNeXt's) or GroupNorm of 32
-    groups, a quarter each, on any tensor of :func:`_tensor_shape`; from generator 13 on,
+    groups, a quarter each, on any tensor of :func:`tensor_shape`; from generator 13 on,
     :func:`_staged_norm`; from 14 on, with LayerNorm on a stage's map too."""
     if generator >= 13:
         return _staged_norm(u, generator)
-    p = _tensor_shape(u)
+    p = tensor_shape(u)
     p["type"] = pick(u[5], ["batchnorm", "layernorm", "layernorm2d", "groupnorm"])
     p["layout"] = "tokens" if p["type"] == "layernorm" else "nchw"
     p["spatial"] = max(p["spatial"], 2) if p["type"] == "batchnorm" else p["spatial"]
@@ -319,10 +303,10 @@ FUNCTIONAL_ACTIVATIONS = (("relu", "sigmoid"), (0.7, 0.3))
 
 
 def _activation(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
-    """An activation module of :data:`_ACTIVATIONS` on a tensor of :func:`_tensor_shape`,
+    """An activation module of :data:`_ACTIVATIONS` on a tensor of :func:`tensor_shape`,
     in place (where it can be) six times in ten; from generator 21 on, one called as a
     function (:data:`FUNCTIONAL_ACTIVATIONS`)."""
-    p = _tensor_shape(u)
+    p = tensor_shape(u)
     if generator >= 21:
         p["type"] = "F." + pick(u[5], *FUNCTIONAL_ACTIVATIONS)
         p["inplace"] = p["type"] == "F.relu" and u[6] < 0.6
@@ -347,7 +331,7 @@ def _pool(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
     adaptive average (to 1x1 or 7x7); from generator 21 on, one called as a function as
     Inception and DenseNet call it: ``F.max_pool2d(x, 3, stride=2)``,
     ``F.avg_pool2d(x, 3, stride=1, padding=1)``, ``F.adaptive_avg_pool2d(x, (1, 1))``."""
-    p = _tensor_shape(u)
+    p = tensor_shape(u)
     p["layout"] = "nchw"
     p["spatial"] = max(2, log_int(u[3], 2, 224))
     if generator >= 21:
@@ -381,12 +365,12 @@ def _pool_call(p: dict[str, Any]) -> Call:
 
 
 def _elementwise(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
-    """An elementwise op on a tensor of :func:`_tensor_shape`: ``add``, ``add_``, ``mul``,
+    """An elementwise op on a tensor of :func:`tensor_shape`: ``add``, ``add_``, ``mul``,
     a squeeze-and-excitation scale, a spatial ``mean`` or ``StochasticDepth``; from
     generator 21 on, :func:`_window_elementwise`."""
     if generator >= 21:
         return _window_elementwise(u)
-    p = _tensor_shape(u)
+    p = tensor_shape(u)
     p["type"] = pick(u[5], ["add", "add_", "mul", "scale", "mean", "stochastic_depth"])
     if p["type"] in ("scale", "mean"):
         p["layout"] = "nchw"
@@ -486,7 +470,7 @@ def _softmax_call(p: dict[str, Any]) -> Call:
 
 
 def _dropout(u: Sequence[float]) -> dict[str, Any]:
-    p = _tensor_shape(u)
+    p = tensor_shape(u)
     p["p"] = pick(u[5], [0.1, 0.2, 0.5])
     return p
 
@@ -496,7 +480,7 @@ def _dropout_call(p: dict[str, Any]) -> Call:
 
 
 def _cat(u: Sequence[float]) -> dict[str, Any]:
-    p = _tensor_shape(u)
+    p = tensor_shape(u)
     p["layout"] = "nchw"
     p["parts"] = pick(u[5], [2, 3, 4], [0.6, 0.2, 0.2])
     return p
@@ -507,118 +491,8 @@ def _cat_call(p: dict[str, Any]) -> Call:
     return _f(torch.cat, parts, dim=1)
 
 
-def _copy(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
-    """``contiguous()`` of shufflenet's channel shuffle or of an NCHW-to-NHWC permute, on a
-    tensor of :func:`_tensor_shape`; from generator 21 on, :func:`_window_copy`; from
-    generator 22 on, :func:`_gather`."""
-    if generator >= 22:
-        return _gather(u)
-    if generator >= 21:
-        return _window_copy(u)
-    p = _tensor_shape(u)
-    p["layout"] = "nchw"
-    p["view"] = pick(u[5], ["shuffle", "permute"])
-    return p
-
-
-#: Generator 21's copies of a shifted-window block, and how often each.
-WINDOW_COPIES = (("pad", "roll", "partition", "merge", "heads"), (0.2, 0.25, 0.2, 0.2, 0.15))
-
-
-def _window_copy(u: Sequence[float]) -> dict[str, Any]:
-    """A copy a shifted-window block (Swin's) makes of a stage's channels-last map
-    ``(batch, map, map, width)``: ``F.pad`` to a multiple of the window, ``torch.roll``
-    by half a window over the map's two dimensions, the ``reshape`` that gathers its
-    windows ``(batch x windows, window², width)`` and the one that merges them back, or the
-    ``reshape`` that joins the heads of ``(batch x windows, heads, window², width /
-    heads)`` transposed (:data:`WINDOW_COPIES`); a stage's map of 4x4 patches
-    (:data:`opcost.opspace_conv.PATCH_HALVINGS`), a window of 7 or 8, a width of
-    :func:`opcost.opspace_conv.block_width` (32-2048), a power-of-two batch (1-256)."""
-    window = pick(u[4], [7, 8], [0.6, 0.4])
-    side = max(stage_map(u[3], PATCH_HALVINGS), 1)
-    kind = pick(u[1], *WINDOW_COPIES)
-    if kind in ("partition", "merge") and side <= window:  # one window: a view, no copy
-        side = 2 * window
-    return {
-        "type": kind,
-        "batch": power_of_two(u[0], 1, 256),
-        "spatial": side,
-        "channels": max(block_width(u[2]), 32),
-        "window": min(window, side),
-        "shift": 1 if beyond(u[4]) < 0.5 else -1,
-        "heads": pick(u[5], *TRANSFORMER_HEADS),
-    }
-
-
-#: Generator 22's windows of a relative position table: ``(2w - 1)²`` rows gathered by
-#: ``w⁴`` indices (Swin's 7 and 8, MaxViT's 7; 16 for larger windows), and how often each.
-GATHER_WINDOWS = ((7, 8, 12, 16), (0.4, 0.3, 0.15, 0.15))
-
-
-def _gather(u: Sequence[float]) -> dict[str, Any]:
-    """A table gathered by a tensor of indices, ``table[index]``: a relative position
-    bias table of a window of :data:`GATHER_WINDOWS` (``(2w - 1)²`` rows, ``w⁴`` indices)
-    with one column per head (:data:`TRANSFORMER_HEADS`) seven times in ten (Swin's and
-    MaxViT's; a parameter, or half the time a computed table, Swin V2's), else rows and
-    indices of 16-65,536 and columns of 1-1,024 (an embedding's); the indices are drawn
-    over the table's rows when measured (:func:`opcost.spec.random_inputs`)."""
-    w = pick(u[0], *GATHER_WINDOWS)
-    bias = u[1] < 0.7
-    return {
-        "type": "gather",
-        "rows": (2 * w - 1) ** 2 if bias else log_int(u[2], 16, 65536),
-        "indices": w**4 if bias else log_int(u[3], 16, 65536),
-        "columns": pick(u[4], *TRANSFORMER_HEADS) if bias else width(u[4], 1, 1024),
-        "param": beyond(u[1]) < 0.5 or not bias,
-    }
-
-
-def _gather_call(p: dict[str, Any]) -> Call:
-    table = _t(p["rows"], p["columns"])
-    if p["param"]:
-        table = torch.nn.Parameter(table)
-    index = torch.empty(p["indices"], dtype=torch.long, device="meta")
-    return _f(torch.Tensor.__getitem__, table, index)
-
-
-def _window_copy_call(p: dict[str, Any]) -> Call:
-    b, side, c, ws, kind = p["batch"], p["spatial"], p["channels"], p["window"], p["type"]
-    padded = -(-side // ws) * ws
-    if kind == "pad":
-        pad = padded - side
-        x = _t(b, side, side, c)
-        return _f(torch.nn.functional.pad, x, (0, 0, 0, pad, 0, pad), mode="constant", value=None)
-    if kind == "roll":
-        s = p["shift"] * (ws // 2)
-        return _f(torch.roll, _t(b, side, side, c), shifts=(s, s), dims=(1, 2))
-    n = padded // ws
-    if kind == "partition":
-        x = _t(b, n, ws, n, ws, c).permute(0, 1, 3, 2, 4, 5)
-        return _f(torch.Tensor.reshape, x, b * n * n, ws * ws, c)
-    if kind == "merge":
-        x = _t(b, n, n, ws, ws, c).permute(0, 1, 3, 2, 4, 5)
-        return _f(torch.Tensor.reshape, x, b, padded, padded, c)
-    h = max(min(p["heads"], c // 8), 1)
-    x = _t(b * n * n, h, ws * ws, c // h).transpose(1, 2)
-    return _f(torch.Tensor.reshape, x, b * n * n, ws * ws, c // h * h)
-
-
-def _copy_call(p: dict[str, Any]) -> Call:
-    if p.get("type") == "gather":
-        return _gather_call(p)
-    if p.get("type") in WINDOW_COPIES[0]:
-        return _window_copy_call(p)
-    n, c, h, w = _nchw(p)
-    if p["view"] == "shuffle":  # shufflenet's channel shuffle: the transposed groups
-        c = round_to(c, 2)
-        x = _t(n, 2, c // 2, h, w).transpose(1, 2)
-    else:  # NCHW to channels-last order, as convnext's Permute leaves it
-        x = _t(n, c, h, w).permute(0, 2, 3, 1)
-    return _f(torch.Tensor.contiguous, x)
-
-
 def _view(u: Sequence[float]) -> dict[str, Any]:
-    p = _tensor_shape(u)
+    p = tensor_shape(u)
     p["layout"] = "nchw"
     p["type"] = pick(u[5], ["flatten", "Flatten", "view", "permute", "transpose"])
     p["channels_last"] = p["channels_last"] and p["type"] in ("permute", "transpose")
@@ -642,7 +516,7 @@ def _view_call(p: dict[str, Any]) -> Call:
 #: The families here whose map from the unit cube depends on the generator version.
 VERSIONED_FAMILIES = frozenset(
     ("linear", "norm", "matmul", "attention")
-    + ("activation", "pool", "elementwise", "softmax", "copy")  # generators 21's and 22's
+    + ("activation", "pool", "elementwise", "softmax", "copy")  # generators 21-23's
 )
 
 #: Each family's dimensions in the unit cube, its map from a point to parameters and its

@@ -44,7 +44,10 @@ norm, activation, pool,            2 F             forward bytes + O + X + 2 W +
 elementwise, softmax, dropout,                     (read the output gradients, write the
 cat, copy, other                                   input gradients, read the parameters
                                                    and write their gradients, read S)
-view                               0               0 (a view's gradient is a view)
+view                               0               0 (a view's gradient is a view); a
+                                                   view of part of X: X + 2 O (zeros
+                                                   written, the part's gradient copied
+                                                   in); a split into parts: X + O
 =================================  ==============  ======================================
 
 ``S``: activation X (its input or output), norm X, max pooling its int64 indices,
@@ -53,12 +56,15 @@ dropout its mask; 0 for the rest. Dropout in training also writes its mask in th
 forward pass.
 
 **Identities.** View ops (``view``, ``permute``, ``expand``, slicing, ...) launch no
-kernel: ``Work(0, 0)``, also for a strided input. Indexing with a tensor (``x[idx]``)
-gathers: the index is read and the output written. ``reshape`` and ``flatten`` of an
-input whose strides admit no view of the new shape (:func:`view_strides`: a permuted
-map, say) copy it: read and written once. ``contiguous`` of a contiguous input,
-``to`` without a change of dtype or layout, dropout and ``StochasticDepth`` in inference
-(or with ``p == 0``) return their input: ``Work(0, 0)``.
+kernel in the forward pass: ``Work(0, 0)``, also for a strided input; in training, one
+that takes part of its input (slicing, ``x[0]``, ``chunk``: :data:`PART_VIEWS`,
+:data:`SPLIT_VIEWS`) writes the whole input's gradient in its backward pass. Indexing
+with a tensor (``x[idx]``) gathers: the index is read and the output written.
+``reshape`` and ``flatten`` of an input whose strides admit no view of the new shape
+(:func:`view_strides`: a permuted map, say) copy it: read and written once.
+``contiguous`` of a contiguous input, ``to`` without a change of dtype or layout, dropout
+and ``StochasticDepth`` in inference (or with ``p == 0``) return their input: ``Work(0,
+0)``.
 """
 
 from __future__ import annotations
@@ -207,6 +213,28 @@ def _active_dropout(op: OpSpec, training: bool) -> bool:
     return bool(active) and isinstance(p, int | float) and p > 0
 
 
+#: Views that take a part of their input (slicing, an index, ``select``, ``narrow``).
+PART_VIEWS = frozenset({"getitem", "select", "narrow", "slice"})
+#: Views that split their input into parts, each an output.
+SPLIT_VIEWS = frozenset({"chunk", "split", "split_with_sizes", "tensor_split", "unbind"})
+
+
+def _part_gradient_bytes(op: OpSpec) -> float:
+    """The bytes the backward pass of a view that takes part of its floating input
+    moves: the input's whole gradient written, zeros where no part was taken, and each
+    part's gradient read (and, for one part, copied into its place: ``select_backward``,
+    ``slice_backward``); 0 for a view of the whole input (``x[None]``, ``view``,
+    ``permute``), whose gradient is a view of the output's."""
+    if not op.inputs or not is_float(str(op.inputs[0].get("dtype", ""))):
+        return 0.0
+    whole, part = op.nbytes(op.inputs[0]), op.float_out_bytes
+    if op.name in SPLIT_VIEWS and len(op.outputs) > 1:
+        return whole + part
+    if op.name in PART_VIEWS and op.out_numel < numel(op.shape(0)):
+        return whole + 2.0 * part
+    return 0.0
+
+
 def _has_index_tensor(op: OpSpec) -> bool:
     """``x[idx]`` with a tensor in the index: a gather, not a view."""
     return "__tensor__" in json.dumps(op.spec.get("args", [])[1:])
@@ -266,7 +294,7 @@ def _forward_and_backward(op: OpSpec, family: str, training: bool) -> Work:
             return Work(0.0, op.in_bytes - op.nbytes(op.inputs[0]) + 2.0 * op.out_bytes)
         if _reshape_copies(op):  # read and written once; its backward is a view
             return Work(0.0, 2.0 * op.out_bytes)
-        return Work(0.0, 0.0)
+        return Work(0.0, _part_gradient_bytes(op) if training else 0.0)
     if family in COMPUTE_FAMILIES:
         if family == "conv":
             flops, n_params = conv_flops_params(op)
