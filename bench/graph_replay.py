@@ -59,10 +59,17 @@ def validation(traces: Path) -> pd.DataFrame:
 
 
 def op_model_predictions(op_models: Path) -> pd.DataFrame:
+    from opcost.extract import with_gradient_sums
     from opcost.model.opmodel_format import load_op_models
+    from opcost.names import ModelInput
     from opcost.predict_replay import replay_networks
 
-    ops = pd.concat([pd.read_parquet(p) for p in op_tables()], ignore_index=True)
+    tables = []
+    for path in op_tables():  # each a network's, named model_batchxcxhxw
+        model, dims = path.stem.rsplit("_", 1)
+        mi = ModelInput(model, tuple(int(d) for d in dims.split("x")))
+        tables.append(with_gradient_sums(pd.read_parquet(path), mi))
+    ops = pd.concat(tables, ignore_index=True)
     result = replay_networks(load_op_models(op_models), ops)
     return result.table.rename(columns={"network": "model_input"})[
         ["gpu", "mode", "model_input", "graph_time_s", "graph_energy_j"]

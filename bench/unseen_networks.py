@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from opcost.extract import extract_model_input
+from opcost.extract import extract_model_input, with_gradient_sums
 from opcost.model.format import load_predictors
 from opcost.model.opmodel_format import load_op_models
 from opcost.names import ModelInput
@@ -65,7 +65,7 @@ def op_tables(model_inputs: list[str]) -> dict[str, pd.DataFrame]:
     for name in model_inputs:
         model, dims = name.rsplit("_", 1)
         mi = ModelInput(model, tuple(int(d) for d in dims.split("x")))
-        tables[name] = extract_model_input(mi).assign(model_input=name)
+        tables[name] = with_gradient_sums(extract_model_input(mi), mi).assign(model_input=name)
     return tables
 
 

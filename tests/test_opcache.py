@@ -18,7 +18,7 @@ import pytest
 
 from opcost import opcache
 from opcost.cli import main
-from opcost.extract import extract_model_input
+from opcost.extract import extract_model_input, with_gradient_sums
 from opcost.model import leaf_grads
 from opcost.names import ModelInput
 
@@ -66,8 +66,11 @@ def test_a_repeat_reads_the_cache_and_imports_neither_torch_nor_torchvision(
     cache = tmp_path / "cache"
     fresh = extract_csv(capsys, cache)  # extracts (torch is imported in this process)
     table = pd.read_parquet(entry(cache))
-    # The op table, and the gradient copies of each op measured alone (by autograd).
-    by_hand = leaf_grads.with_copies(extract_model_input(ModelInput("squeezenet1_1", SHAPE)))
+    # The op table, its calls' gradient sums in the network, and the gradient copies of
+    # each op measured alone (by autograd).
+    mi = ModelInput("squeezenet1_1", SHAPE)
+    by_hand = leaf_grads.with_copies(with_gradient_sums(extract_model_input(mi), mi))
+    assert (by_hand["grad_sum_adds"] > 0).any()  # each fire's squeeze, taken twice
     pd.testing.assert_frame_equal(table, by_hand)
     assert extract_csv(capsys, cache) == fresh
 

@@ -12,7 +12,12 @@ import pandas as pd
 import pytest
 
 from opcost.model import PredictorError, opmodel
-from opcost.predict_replay import call_sequence, replay_networks, step_entries
+from opcost.predict_replay import (
+    call_sequence,
+    gradient_sum_entries,
+    replay_networks,
+    step_entries,
+)
 from opcost.replay import GRAPH_KERNEL_GAP_S
 from opcost.train import TrainConfig, make_regressor
 
@@ -165,3 +170,49 @@ def test_an_op_beyond_the_sampled_sizes_is_listed_with_them(model, network) -> N
     assert list(flags.index) == [row["op_id"]]  # resnet18's conv and ReLU are inside
     assert flags.iloc[0].startswith(OUTSIDE_SIZES + "gemm_m 1 (sampled ")
     assert int(result.table["n_extrapolated"].iloc[0]) == 1
+
+
+def test_a_networks_gradient_sums_lengthen_its_backward_pass_only(
+    model: opmodel.OpModel, network: pd.DataFrame
+) -> None:
+    """Where the network's calls take a tensor twice, autograd sums its gradients in the
+    backward pass (opcost.model.grad_sums): the ReLU's output here, 2 adds of 1 MB a
+    training step. Each add reads two gradients and writes one at the GPU's memory rate,
+    takes at least its shortest kernel, and costs the host a backward node; inference
+    does not change, nor do the forward entries."""
+    relu = network["op_id"].iloc[1]
+    summed = network.assign(grad_sum_adds=[0.0, 2.0], grad_sum_bytes=[0.0, 2.0e6])
+    extra = gradient_sum_entries(summed, model, host_probe_s=1e-3)
+    add_s = model.kernel_floor_s + 3.0 * 1e6 / model.peaks.memory_bytes_per_s
+    assert extra.loc[relu, "gpu"] == pytest.approx(2 * add_s, rel=1e-12)
+    assert extra.loc[relu, "graph"] == extra.loc[relu, "gpu"]
+    assert extra.loc[relu, "n"] == 2.0
+    assert extra.loc[relu, "host"] == pytest.approx(2 * model.backward_node_ratio * 1e-3)
+    assert extra.loc[network["op_id"].iloc[0]].tolist() == [0.0, 0.0, 0.0, 0.0]
+    assert gradient_sum_entries(network, model, 1e-3) is None
+    pred = model.predict(network[["spec"]].assign(mode="training"))
+    pred.index = network["op_id"]
+    seq = call_sequence(network)
+    plain = step_entries(seq, pred, training=True)
+    steps = step_entries(seq, pred, training=True, backward_extra=extra)
+    forward = (steps["phase"] == "forward").to_numpy()
+    pd.testing.assert_frame_equal(steps[forward], plain[forward])
+    # Backward order conv, relu, conv: the ReLU's backward entry carries the sums.
+    added = (
+        steps.loc[~forward, ["host", "gpu", "n", "graph"]]
+        - plain.loc[~forward, ["host", "gpu", "n", "graph"]]
+    )
+    assert list(steps.loc[~forward, "op_id"]) == [
+        network["op_id"].iloc[0],
+        relu,
+        network["op_id"].iloc[0],
+    ]
+    assert added.iloc[1].tolist() == pytest.approx(
+        extra.loc[relu, ["host", "gpu", "n", "graph"]].tolist()
+    )
+    assert (added.iloc[[0, 2]].to_numpy() == 0).all()
+    both = replay_networks({"h100": model}, summed).table.set_index("mode")
+    base = replay_networks({"h100": model}, network).table.set_index("mode")
+    assert both.loc["inference", "graph_time_s"] == base.loc["inference", "graph_time_s"]
+    grown = both.loc["training", "graph_time_s"] - base.loc["training", "graph_time_s"]
+    assert grown == pytest.approx(2 * add_s + 2 * GRAPH_KERNEL_GAP_S, rel=1e-9)

@@ -25,6 +25,7 @@ Module calls are seen through forward hooks on every submodule.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import importlib
 import inspect
@@ -43,6 +44,7 @@ from torch.overrides import TorchFunctionMode, resolve_name
 
 from opcost import spec as specs
 from opcost.errors import OpcostError
+from opcost.model import grad_sums
 from opcost.model.op_spec import family_of
 from opcost.names import ModelInput
 from opcost.schemas import OPS, UNIQUE_OPS
@@ -223,6 +225,9 @@ class _Recorder(TorchFunctionMode):
         self.found: list[tuple[int, dict[str, Any]]] = []
         self.skipped: Counter[str] = Counter()
         self.calls = 0
+        #: With gradients on (:func:`gradient_sums`): each tensor's autograd node and output
+        #: number -> (the index of the torch call that made it, its bytes).
+        self.produced: dict[tuple[Any, int], tuple[int, int]] | None = None
 
     @property
     def specs(self) -> list[dict[str, Any]]:
@@ -265,6 +270,10 @@ class _Recorder(TorchFunctionMode):
         kwargs = kwargs or {}
         index = self._next_index()
         result = _with_conv_memory_format(func, args, func(*args, **kwargs))
+        if self.produced is not None:
+            for t in _tensors(result):
+                if t.grad_fn is not None:
+                    self.produced[(t.grad_fn, t.output_nr)] = (index, t.numel() * t.element_size())
         if self.functional_ops and self.stack:
             name = resolve_name(func)
             if name is not None and not _METADATA.search(name) and _has_tensor(result):
@@ -319,6 +328,16 @@ def _with_conv_memory_format(func: Any, args: tuple, result: Any) -> Any:
     return result
 
 
+def _tensors(x: Any) -> list[torch.Tensor]:
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, list | tuple):
+        return [t for i in x for t in _tensors(i)]
+    if isinstance(x, dict):
+        return [t for i in x.values() for t in _tensors(i)]
+    return []
+
+
 def _has_tensor(x: Any) -> bool:
     if isinstance(x, torch.Tensor):
         return True
@@ -339,20 +358,71 @@ def extract_ops(
     The network runs in ``eval()`` mode: training-only branches (e.g. auxiliary
     classifiers) are not part of the operation set.
     """
-    net = net.to(device).eval()
     recorder = _Recorder(functional_ops)
+    with torch.no_grad():
+        _record(net, shape, device, recorder)
+    return recorder.specs
+
+
+def _record(net: torch.nn.Module, shape: tuple[int, ...], device: str, recorder: _Recorder) -> Any:
+    """One forward pass of ``net`` in ``eval()`` mode on an input of ``shape``, seen by
+    ``recorder``; its output."""
+    net = net.to(device).eval()
     handles = []
     for module in net.modules():
         handles.append(module.register_forward_pre_hook(recorder.pre_hook, with_kwargs=True))
         handles.append(module.register_forward_hook(recorder.post_hook, with_kwargs=True))
     x = torch.empty(shape, device=device) if device == "meta" else torch.randn(shape, device=device)
     try:
-        with torch.no_grad(), recorder:
-            net(x)
+        with recorder:
+            return net(x)
     finally:
         for h in handles:
             h.remove()
-    return recorder.specs
+
+
+def gradient_sums(
+    net: torch.nn.Module,
+    shape: tuple[int, ...],
+    *,
+    functional_ops: bool = True,
+    device: str = "meta",
+) -> list[tuple[str, int, int]]:
+    """Per operation :func:`extract_ops` records, in call order: ``(op_id, adds,
+    bytes)``, the gradient sums autograd runs in a training step's backward pass for the
+    tensors the call makes (:mod:`opcost.model.grad_sums`): where ``k`` gradients of a
+    tensor meet (``k`` calls take it, or it is the output), ``k - 1`` adds of its bytes.
+
+    The forward pass runs as :func:`extract_ops`' with gradients on (the parameters need
+    them, the input does not), and each sum goes to the recorded call in whose span the
+    tensor was made (a module's inner calls to the module); the autograd graph is walked
+    from the output."""
+    recorder = _Recorder(functional_ops)
+    recorder.produced = {}
+    with torch.enable_grad():
+        out = _record(net, shape, device, recorder)
+    roots = [t for t in _tensors(out) if t.grad_fn is not None]
+    taken: Counter[tuple[Any, int]] = Counter((t.grad_fn, t.output_nr) for t in roots)
+    seen, stack = set(), [t.grad_fn for t in roots]
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        for following, number in node.next_functions:
+            if following is not None:
+                taken[(following, number)] += 1
+                stack.append(following)
+    found = sorted(recorder.found, key=lambda item: item[0])
+    starts = [index for index, _ in found]
+    adds, nbytes = [0] * len(found), [0] * len(found)
+    for key, k in taken.items():
+        made = recorder.produced.get(key)
+        position = bisect.bisect_right(starts, made[0]) - 1 if made and k > 1 else -1
+        if position >= 0:
+            adds[position] += k - 1
+            nbytes[position] += (k - 1) * made[1]
+    return [(specs.op_id(spec), a, b) for (_, spec), a, b in zip(found, adds, nbytes, strict=True)]
 
 
 def extract_model_input(mi: ModelInput, *, functional_ops: bool = True) -> pd.DataFrame:
@@ -363,22 +433,55 @@ def extract_model_input(mi: ModelInput, *, functional_ops: bool = True) -> pd.Da
     """
     if len(mi.shape) < 1 or any(int(d) <= 0 for d in mi.shape):
         raise ExtractionError(f"model-input set {mi.name}: input shape {mi.shape} is malformed")
+    return ops_table(mi.name, _run_network(mi, extract_ops, functional_ops))
+
+
+def with_gradient_sums(
+    table: pd.DataFrame, mi: ModelInput, *, functional_ops: bool = True
+) -> pd.DataFrame:
+    """``table`` (the op table of ``mi``, :func:`extract_model_input`) with
+    :data:`opcost.model.grad_sums.COLUMNS`: each op's gradient sums per call
+    (:func:`gradient_sums`, averaged over its calls), 0 for an op the pass with gradients
+    did not record.
+
+    Raises:
+        ExtractionError: the network's forward pass fails with gradients on.
+    """
+    found = _run_network(mi, gradient_sums, functional_ops)
+    sums = pd.DataFrame(found, columns=["op_id", *grad_sums.COLUMNS])
+    per_op = sums.groupby("op_id")[list(grad_sums.COLUMNS)].sum()
+    out = table.drop(columns=[c for c in grad_sums.COLUMNS if c in table])
+    count = out["count"].to_numpy(dtype=float)
+    for column in grad_sums.COLUMNS:
+        total = out["op_id"].map(per_op[column]).fillna(0.0).to_numpy(dtype=float)
+        out[column] = total / count
+    return out
+
+
+def _run_network(mi: ModelInput, run: Any, functional_ops: bool) -> Any:
+    """``run(net, shape, functional_ops=..., device="meta")`` of ``mi``'s network built on
+    the ``meta`` device (:func:`extract_ops`, :func:`gradient_sums`), or, where ``meta``
+    cannot run it (an op without a meta kernel, ``.item()``), of the network built on the
+    CPU.
+
+    Raises:
+        ExtractionError: the network cannot be built or its forward pass fails (a wrong
+            shape fails on ``meta``, before the CPU would allocate the real input),
+            naming the model-input set.
+    """
     try:
         net = _build_for_extraction(mi.model)
     except ValueError as e:
         raise ExtractionError(f"model-input set {mi.name}: {e}") from e
     try:
-        found = extract_ops(net, mi.shape, functional_ops=functional_ops)
+        return run(net, mi.shape, functional_ops=functional_ops, device="meta")
     except (NotImplementedError, RuntimeError) as meta_error:
         if not _meta_unsupported(meta_error):
-            # A wrong shape fails on the CPU too, after allocating the real input.
             raise ExtractionError(
                 f"model-input set {mi.name}: forward pass failed: {meta_error}"
             ) from meta_error
         try:
-            found = extract_ops(
-                build_model(mi.model), mi.shape, functional_ops=functional_ops, device="cpu"
-            )
+            return run(build_model(mi.model), mi.shape, functional_ops=functional_ops, device="cpu")
         except Exception as e:
             raise ExtractionError(
                 f"model-input set {mi.name}: forward pass failed ({e}); "
@@ -386,7 +489,6 @@ def extract_model_input(mi: ModelInput, *, functional_ops: bool = True) -> pd.Da
             ) from e
     except Exception as e:
         raise ExtractionError(f"model-input set {mi.name}: forward pass failed: {e}") from e
-    return ops_table(mi.name, found)
 
 
 def _meta_unsupported(error: BaseException) -> bool:

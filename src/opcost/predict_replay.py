@@ -6,7 +6,9 @@ and the time the GPU is busy with it (their union: less where kernels overlap), 
 host time (for one host, whose host-speed probe is ``host_probe_s``, on every
 configuration) and busy power. The network's calls, in the order
 extraction recorded (``positions``; training: the forward calls, then their backward
-passes in reverse), are replayed on a host thread and a GPU stream (:mod:`opcost.replay`):
+passes in reverse, each with the gradient sums the network's autograd runs for the
+tensors the call made, where the op table carries them: :mod:`opcost.model.grad_sums`),
+are replayed on a host thread and a GPU stream (:mod:`opcost.replay`):
 
 * ``time_s``: the replayed step, ended by one synchronisation;
 * ``energy_j``: each call's busy power × its GPU busy time, plus the waiting power of the op
@@ -36,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from opcost import replay as rp
-from opcost.model import PredictorError, leaf_grads
+from opcost.model import PredictorError, grad_sums, leaf_grads
 from opcost.model.op_spec import family_of
 from opcost.model.opmodel import NO_KERNEL_FAMILIES, OpModel
 from opcost.names import MODES
@@ -80,13 +82,20 @@ def call_sequence(net_ops: pd.DataFrame) -> list[str]:
     return [oid for _, oid in calls]
 
 
-def step_entries(seq: Sequence[str], ops: pd.DataFrame, training: bool) -> pd.DataFrame:
+def step_entries(
+    seq: Sequence[str],
+    ops: pd.DataFrame,
+    training: bool,
+    backward_extra: pd.DataFrame | None = None,
+) -> pd.DataFrame:
     """The replayed step's entries (``op_id``, ``host``, ``gpu``, ``n`` kernels that take
     the device's gap (:func:`opcost.replay.gapped_kernels`), ``graph``:
     the GPU's busy time from a CUDA graph, ``phase``) from per-op predictions indexed by
     op id: inference, each call; training, each call's forward part in order, then each
-    call's backward part in reverse order. Predictions without graph busy times take the
-    busy times for them."""
+    call's backward part in reverse order, with ``backward_extra``'s ``host``, ``gpu``,
+    ``n`` and ``graph`` per call of an op id added (the network's gradient sums,
+    :func:`gradient_sum_entries`). Predictions without graph busy times take the busy
+    times for them."""
     o = ops.reindex(list(seq))
     for graph, gpu in zip(_STEP_COLUMNS["graph"], _STEP_COLUMNS["gpu"], strict=True):
         if graph not in o:
@@ -99,6 +108,10 @@ def step_entries(seq: Sequence[str], ops: pd.DataFrame, training: bool) -> pd.Da
     fwd = {k: o[c[1]].to_numpy(dtype=float) for k, c in _STEP_COLUMNS.items()}
     fwd["n"] = rp.gapped_kernels(fwd["n"], fwd["gpu"], o["forward_gpu_time_s"])
     bwd = {k: (whole[k] - fwd[k])[::-1].clip(min=0) for k in whole}
+    if backward_extra is not None:
+        extra = backward_extra.reindex(list(seq)).fillna(0.0)
+        for k in bwd:
+            bwd[k] = bwd[k] + extra[k].to_numpy(dtype=float)[::-1]
     return pd.concat(
         [
             pd.DataFrame({"op_id": ids, **fwd, "phase": "forward"}),
@@ -106,6 +119,31 @@ def step_entries(seq: Sequence[str], ops: pd.DataFrame, training: bool) -> pd.Da
         ],
         ignore_index=True,
     )
+
+
+def gradient_sum_entries(
+    net_ops: pd.DataFrame, model: OpModel, host_probe_s: float
+) -> pd.DataFrame | None:
+    """Per op id of a network's op table with :data:`opcost.model.grad_sums.COLUMNS`, what
+    its calls' gradient sums add to their backward pass: GPU time (busy, and from a graph)
+    at the GPU's measured memory rate and shortest kernel
+    (:func:`opcost.model.grad_sums.sum_time_s`), one kernel per add, and per add the host
+    time of a backward node that launches one kernel (``backward_node_ratio``: autograd's
+    engine dispatches the add). None for a table without those columns."""
+    if not all(c in net_ops for c in grad_sums.COLUMNS):
+        return None
+    adds = net_ops[grad_sums.COLUMNS[0]].to_numpy(dtype=float)
+    gpu = grad_sums.sum_time_s(
+        adds,
+        net_ops[grad_sums.COLUMNS[1]].to_numpy(dtype=float),
+        model.peaks.memory_bytes_per_s,
+        model.kernel_floor_s,
+    )
+    host = adds * model.backward_node_ratio * host_probe_s
+    extra = pd.DataFrame(
+        {"host": host, "gpu": gpu, "n": adds, "graph": gpu}, index=net_ops["op_id"].to_numpy()
+    )
+    return extra[~extra.index.duplicated()]
 
 
 def replay_networks(
@@ -146,7 +184,8 @@ def replay_networks(
     for column in ("op_id", "spec", "model_input", "positions"):
         if column in ops:
             ops[column] = ops[column].astype(str).astype(object)
-    sequences = {str(n): call_sequence(g) for n, g in ops.groupby("model_input", sort=False)}
+    tables = {str(n): g for n, g in ops.groupby("model_input", sort=False)}
+    sequences = {n: call_sequence(g) for n, g in tables.items()}
     carried = [c for c in leaf_grads.COLUMNS if c in ops]  # the op cache's: no torch needed
     distinct = ops.drop_duplicates("op_id")[["op_id", "spec", *carried]].reset_index(drop=True)
     distinct["op_type"] = [json.loads(s)["type"] for s in distinct["spec"]]
@@ -161,7 +200,11 @@ def replay_networks(
         for mode in modes:
             pred = predicted[(both["mode"] == mode).to_numpy()]
             for network, seq in sequences.items():
-                steps = step_entries(seq, pred, mode == "training")
+                training = mode == "training"
+                extra = (
+                    gradient_sum_entries(tables[network], model, host_probe_s) if training else None
+                )
+                steps = step_entries(seq, pred, training, extra)
                 r = rp.replay(
                     list(steps["host"]),
                     list(steps["gpu"]),

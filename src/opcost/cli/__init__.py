@@ -71,9 +71,11 @@ def cmd_extract(args: argparse.Namespace) -> int:
         bar.update()
         if args.out:
             from opcost.io import write_parquet_atomic
+            from opcost.model.grad_sums import COLUMNS as GRAD_SUMS
             from opcost.schemas import OPS
 
-            write_parquet_atomic(table[list(OPS.names)], args.out)
+            # The op table, and its calls' gradient sums for a prediction from it (--ops).
+            write_parquet_atomic(table[[*OPS.names, *GRAD_SUMS]], args.out)
         bar.update()
     show = pd.DataFrame(
         {

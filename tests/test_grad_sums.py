@@ -1,0 +1,77 @@
+"""Tests for the gradient sums of a network's backward pass (opcost.model.grad_sums,
+opcost.extract.gradient_sums): counted by hand on a residual network and on a tensor
+taken by three views, per recorded call."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from opcost import spec as specs
+from opcost.extract import (
+    _build_for_extraction,
+    extract_model_input,
+    extract_ops,
+    gradient_sums,
+    with_gradient_sums,
+)
+from opcost.model.grad_sums import COLUMNS, sum_time_s
+from opcost.names import ModelInput
+
+
+def test_a_residual_network_sums_each_blocks_input_once() -> None:
+    """resnet18 at 2x3x64x64: each of its 8 blocks' input is taken by the block's first
+    convolution and by its shortcut (the add, or the downsampling convolution), so its
+    gradient is summed once; each sum goes to the call that made the input (the stem's
+    max pooling, then each block's last ReLU)."""
+    net = _build_for_extraction("resnet18")
+    sums = gradient_sums(net, (2, 3, 64, 64))
+    recorded = extract_ops(_build_for_extraction("resnet18"), (2, 3, 64, 64))
+    assert [op_id for op_id, _, _ in sums] == [specs.op_id(s) for s in recorded]
+    # Block inputs: 64x16x16 (layer 1, twice, and layer 2's first), 128x8x8 (twice),
+    # 256x4x4 (twice), 512x2x2, float32, batch 2.
+    by_hand = 4 * 2 * (3 * 64 * 16 * 16 + 2 * 128 * 8 * 8 + 2 * 256 * 4 * 4 + 512 * 2 * 2)
+    assert sum(a for _, a, _ in sums) == 8
+    assert sum(b for _, _, b in sums) == by_hand == 606_208
+    summed = [recorded[i]["type"] for i, (_, a, _) in enumerate(sums) if a]
+    assert summed[0] == "torch.nn.modules.pooling.MaxPool2d"
+    assert set(summed[1:]) == {"torch.nn.modules.activation.ReLU"}
+
+
+class _ThreeViews(torch.nn.Module):
+    """A fused projection taken by three views (Swin's q, k, v), and a tensor taken once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = torch.nn.Linear(8, 24)
+        self.out = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        qkv = self.qkv(x).reshape(x.shape[0], 3, 8).permute(1, 0, 2)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        return self.out(q * k + v)
+
+
+def test_a_tensor_three_views_take_sums_two_gradients_at_the_call_that_made_it() -> None:
+    sums = gradient_sums(_ThreeViews(), (4, 8))
+    recorded = extract_ops(_ThreeViews(), (4, 8))
+    types = [s["type"] for s in recorded]
+    by_type = {t: (a, b) for t, (_, a, b) in zip(types, sums, strict=True) if a}
+    # The permuted (3, 4, 8) float32 tensor: 3 gradients, 2 adds of 384 bytes.
+    assert by_type == {"torch.Tensor.permute": (2, 2 * 3 * 4 * 8 * 4)}
+
+
+def test_an_op_table_carries_its_calls_sums_per_call() -> None:
+    mi = ModelInput("resnet18", (2, 3, 64, 64))
+    table = with_gradient_sums(extract_model_input(mi), mi)
+    assert (table[COLUMNS[0]] * table["count"]).sum() == pytest.approx(8)
+    assert (table[COLUMNS[1]] * table["count"]).sum() == pytest.approx(606_208)
+    relu = table[table["type"].str.endswith("ReLU")]
+    # The ReLUs' calls: 17 in all, 7 of them end a block whose output is summed.
+    assert int(relu["count"].sum()) == 17
+    assert float((relu[COLUMNS[0]] * relu["count"]).sum()) == pytest.approx(7)
+
+
+def test_a_sum_reads_two_gradients_and_writes_one() -> None:
+    # 10 adds of 1 MB each at 2 TB/s and a 2-us kernel floor: 10 x 2 us + 30 MB / 2 TB/s.
+    assert sum_time_s(10, 10e6, 2e12, 2e-6) == pytest.approx(20e-6 + 15e-6)
