@@ -181,14 +181,16 @@ def test_a_networks_gradient_sums_lengthen_its_backward_pass_only(
     takes at least its shortest kernel, and costs the host a backward node; inference
     does not change, nor do the forward entries."""
     relu = network["op_id"].iloc[1]
-    summed = network.assign(grad_sum_adds=[0.0, 2.0], grad_sum_bytes=[0.0, 2.0e6])
+    summed = network.assign(
+        grad_sum_adds=[0.0, 2.0], grad_sum_bytes=[0.0, 2.0e6], backward_share=[1.0, 1.0]
+    )
     extra = gradient_sum_entries(summed, model, host_probe_s=1e-3)
     add_s = model.kernel_floor_s + 3.0 * 1e6 / model.peaks.memory_bytes_per_s
     assert extra.loc[relu, "gpu"] == pytest.approx(2 * add_s, rel=1e-12)
     assert extra.loc[relu, "graph"] == extra.loc[relu, "gpu"]
     assert extra.loc[relu, "n"] == 2.0
     assert extra.loc[relu, "host"] == pytest.approx(2 * model.backward_node_ratio * 1e-3)
-    assert extra.loc[network["op_id"].iloc[0]].tolist() == [0.0, 0.0, 0.0, 0.0]
+    assert extra.loc[network["op_id"].iloc[0]].tolist() == [0.0, 0.0, 0.0, 0.0, 1.0]
     assert gradient_sum_entries(network, model, 1e-3) is None
     pred = model.predict(network[["spec"]].assign(mode="training"))
     pred.index = network["op_id"]
@@ -216,3 +218,15 @@ def test_a_networks_gradient_sums_lengthen_its_backward_pass_only(
     assert both.loc["inference", "graph_time_s"] == base.loc["inference", "graph_time_s"]
     grown = both.loc["training", "graph_time_s"] - base.loc["training", "graph_time_s"]
     assert grown == pytest.approx(2 * add_s + 2 * GRAPH_KERNEL_GAP_S, rel=1e-9)
+    # A call that runs no backward pass (none of its outputs needs a gradient) keeps its
+    # forward entry and loses its backward one.
+    masked = network.assign(grad_sum_adds=0.0, grad_sum_bytes=0.0, backward_share=[1.0, 0.0])
+    steps = step_entries(
+        seq, pred, training=True, backward_extra=gradient_sum_entries(masked, model, 1e-3)
+    )
+    pd.testing.assert_frame_equal(steps[forward], plain[forward])
+    cols = ["host", "gpu", "n", "graph"]
+    assert (steps.loc[~forward, cols].iloc[1] == 0).all()
+    pd.testing.assert_frame_equal(
+        steps.loc[~forward, cols].iloc[[0, 2]], plain.loc[~forward, cols].iloc[[0, 2]]
+    )

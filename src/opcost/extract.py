@@ -228,6 +228,8 @@ class _Recorder(TorchFunctionMode):
         #: With gradients on (:func:`gradient_sums`): each tensor's autograd node and output
         #: number -> (the index of the torch call that made it, its bytes).
         self.produced: dict[tuple[Any, int], tuple[int, int]] | None = None
+        #: With gradients on: the calls (by index) none of whose outputs needs a gradient.
+        self.no_gradient: set[int] = set()
 
     @property
     def specs(self) -> list[dict[str, Any]]:
@@ -248,6 +250,8 @@ class _Recorder(TorchFunctionMode):
         frame = self.stack.pop()
         if frame.module is not module:  # pragma: no cover - would be a torch bug
             raise ExtractionError("module call stack out of order")
+        if self.produced is not None and not any(t.requires_grad for t in _tensors(output)):
+            self.no_gradient.add(frame.index)
         cls = type(module)
         if frame.called_child or (frame.pending and _composite(module)):
             self.found.extend(frame.pending)
@@ -271,9 +275,12 @@ class _Recorder(TorchFunctionMode):
         index = self._next_index()
         result = _with_conv_memory_format(func, args, func(*args, **kwargs))
         if self.produced is not None:
-            for t in _tensors(result):
+            outputs = _tensors(result)
+            for t in outputs:
                 if t.grad_fn is not None:
                     self.produced[(t.grad_fn, t.output_nr)] = (index, t.numel() * t.element_size())
+            if not any(t.requires_grad for t in outputs):
+                self.no_gradient.add(index)
         if self.functional_ops and self.stack:
             name = resolve_name(func)
             if name is not None and not _METADATA.search(name) and _has_tensor(result):
@@ -387,11 +394,13 @@ def gradient_sums(
     *,
     functional_ops: bool = True,
     device: str = "meta",
-) -> list[tuple[str, int, int]]:
-    """Per operation :func:`extract_ops` records, in call order: ``(op_id, adds,
-    bytes)``, the gradient sums autograd runs in a training step's backward pass for the
-    tensors the call makes (:mod:`opcost.model.grad_sums`): where ``k`` gradients of a
-    tensor meet (``k`` calls take it, or it is the output), ``k - 1`` adds of its bytes.
+) -> list[tuple[str, int, int, int]]:
+    """Per operation :func:`extract_ops` records, in call order: ``(op_id, adds, bytes,
+    backward)``, the gradient sums autograd runs in a training step's backward pass for
+    the tensors the call makes (:mod:`opcost.model.grad_sums`): where ``k`` gradients of a
+    tensor meet (``k`` calls take it, or it is the output), ``k - 1`` adds of its bytes;
+    and whether the call runs a backward pass at all (0 where none of its outputs needs a
+    gradient: a mask built from the input's shape, an index).
 
     The forward pass runs as :func:`extract_ops`' with gradients on (the parameters need
     them, the input does not), and each sum goes to the recorded call in whose span the
@@ -422,7 +431,10 @@ def gradient_sums(
         if position >= 0:
             adds[position] += k - 1
             nbytes[position] += (k - 1) * made[1]
-    return [(specs.op_id(spec), a, b) for (_, spec), a, b in zip(found, adds, nbytes, strict=True)]
+    return [
+        (specs.op_id(spec), a, b, int(index not in recorder.no_gradient))
+        for (index, spec), a, b in zip(found, adds, nbytes, strict=True)
+    ]
 
 
 def extract_model_input(mi: ModelInput, *, functional_ops: bool = True) -> pd.DataFrame:
@@ -440,21 +452,19 @@ def with_gradient_sums(
     table: pd.DataFrame, mi: ModelInput, *, functional_ops: bool = True
 ) -> pd.DataFrame:
     """``table`` (the op table of ``mi``, :func:`extract_model_input`) with
-    :data:`opcost.model.grad_sums.COLUMNS`: each op's gradient sums per call
-    (:func:`gradient_sums`, averaged over its calls), 0 for an op the pass with gradients
-    did not record.
+    :data:`opcost.model.grad_sums.COLUMNS`: each op's gradient sums per call and the share
+    of its calls that run a backward pass (:func:`gradient_sums`, averaged over its
+    calls); 0 sums and a share of 1 for an op the pass with gradients did not record.
 
     Raises:
         ExtractionError: the network's forward pass fails with gradients on.
     """
     found = _run_network(mi, gradient_sums, functional_ops)
     sums = pd.DataFrame(found, columns=["op_id", *grad_sums.COLUMNS])
-    per_op = sums.groupby("op_id")[list(grad_sums.COLUMNS)].sum()
+    per_op = sums.groupby("op_id")[list(grad_sums.COLUMNS)].mean()
     out = table.drop(columns=[c for c in grad_sums.COLUMNS if c in table])
-    count = out["count"].to_numpy(dtype=float)
-    for column in grad_sums.COLUMNS:
-        total = out["op_id"].map(per_op[column]).fillna(0.0).to_numpy(dtype=float)
-        out[column] = total / count
+    for column, unseen in zip(grad_sums.COLUMNS, (0.0, 0.0, 1.0), strict=True):
+        out[column] = out["op_id"].map(per_op[column]).fillna(unseen).astype("float64")
     return out
 
 

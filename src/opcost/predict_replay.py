@@ -92,10 +92,10 @@ def step_entries(
     the device's gap (:func:`opcost.replay.gapped_kernels`), ``graph``:
     the GPU's busy time from a CUDA graph, ``phase``) from per-op predictions indexed by
     op id: inference, each call; training, each call's forward part in order, then each
-    call's backward part in reverse order, with ``backward_extra``'s ``host``, ``gpu``,
-    ``n`` and ``graph`` per call of an op id added (the network's gradient sums,
-    :func:`gradient_sum_entries`). Predictions without graph busy times take the busy
-    times for them."""
+    call's backward part in reverse order, times ``backward_extra``'s ``share`` of an op
+    id's calls that run one and with its ``host``, ``gpu``, ``n`` and ``graph`` per call
+    added (the network's gradient sums, :func:`gradient_sum_entries`). Predictions
+    without graph busy times take the busy times for them."""
     o = ops.reindex(list(seq))
     for graph, gpu in zip(_STEP_COLUMNS["graph"], _STEP_COLUMNS["gpu"], strict=True):
         if graph not in o:
@@ -109,9 +109,10 @@ def step_entries(
     fwd["n"] = rp.gapped_kernels(fwd["n"], fwd["gpu"], o["forward_gpu_time_s"])
     bwd = {k: (whole[k] - fwd[k])[::-1].clip(min=0) for k in whole}
     if backward_extra is not None:
-        extra = backward_extra.reindex(list(seq)).fillna(0.0)
+        extra = backward_extra.reindex(list(seq)).fillna({"share": 1.0}).fillna(0.0)
+        share = extra["share"].to_numpy(dtype=float)[::-1]
         for k in bwd:
-            bwd[k] = bwd[k] + extra[k].to_numpy(dtype=float)[::-1]
+            bwd[k] = bwd[k] * share + extra[k].to_numpy(dtype=float)[::-1]
     return pd.concat(
         [
             pd.DataFrame({"op_id": ids, **fwd, "phase": "forward"}),
@@ -124,12 +125,12 @@ def step_entries(
 def gradient_sum_entries(
     net_ops: pd.DataFrame, model: OpModel, host_probe_s: float
 ) -> pd.DataFrame | None:
-    """Per op id of a network's op table with :data:`opcost.model.grad_sums.COLUMNS`, what
-    its calls' gradient sums add to their backward pass: GPU time (busy, and from a graph)
-    at the GPU's measured memory rate and shortest kernel
-    (:func:`opcost.model.grad_sums.sum_time_s`), one kernel per add, and per add the host
-    time of a backward node that launches one kernel (``backward_node_ratio``: autograd's
-    engine dispatches the add). None for a table without those columns."""
+    """Per op id of a network's op table with :data:`opcost.model.grad_sums.COLUMNS`, the
+    ``share`` of its calls that run a backward pass, and what their gradient sums add to
+    it: GPU time (busy, and from a graph) at the GPU's measured memory rate and shortest
+    kernel (:func:`opcost.model.grad_sums.sum_time_s`), one kernel per add, and per add
+    the host time of a backward node that launches one kernel (``backward_node_ratio``:
+    autograd's engine dispatches the add). None for a table without those columns."""
     if not all(c in net_ops for c in grad_sums.COLUMNS):
         return None
     adds = net_ops[grad_sums.COLUMNS[0]].to_numpy(dtype=float)
@@ -140,8 +141,10 @@ def gradient_sum_entries(
         model.kernel_floor_s,
     )
     host = adds * model.backward_node_ratio * host_probe_s
+    share = net_ops[grad_sums.COLUMNS[2]].to_numpy(dtype=float)
     extra = pd.DataFrame(
-        {"host": host, "gpu": gpu, "n": adds, "graph": gpu}, index=net_ops["op_id"].to_numpy()
+        {"host": host, "gpu": gpu, "n": adds, "graph": gpu, "share": share},
+        index=net_ops["op_id"].to_numpy(),
     )
     return extra[~extra.index.duplicated()]
 

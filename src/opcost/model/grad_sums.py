@@ -19,9 +19,11 @@ from __future__ import annotations
 
 from typing import Any
 
-#: Columns an op table may carry: the gradient sums autograd runs, over the op's calls in
-#: one training step, for the tensors they make (adds, and the bytes of one operand each).
-COLUMNS = ("grad_sum_adds", "grad_sum_bytes")
+#: Columns an op table may carry, per call of the op (its calls' mean): the gradient sums
+#: autograd runs in a training step for the tensors the call makes (adds, and the bytes
+#: of one operand over them), and whether the call runs a backward pass at all (1; 0 where
+#: none of its outputs needs a gradient, as a mask built from the input's shape).
+COLUMNS = ("grad_sum_adds", "grad_sum_bytes", "backward_share")
 
 
 def sum_time_s(adds: Any, nbytes: Any, memory_bytes_per_s: float, kernel_floor_s: float) -> Any:
@@ -29,18 +31,3 @@ def sum_time_s(adds: Any, nbytes: Any, memory_bytes_per_s: float, kernel_floor_s
     summed, over all the adds): each add reads two gradients and writes one, and takes
     at least ``kernel_floor_s``."""
     return adds * kernel_floor_s + 3.0 * nbytes / memory_bytes_per_s
-
-
-def per_call(table: Any) -> tuple[Any, Any]:
-    """``(adds, bytes)`` per call of each row of an op table with ``count``: its
-    :data:`COLUMNS` over its calls, divided by them; zeros where it has no such columns."""
-    import numpy as np
-
-    if not all(c in table for c in COLUMNS):
-        zeros = np.zeros(len(table))
-        return zeros, zeros.copy()
-    count = table["count"].to_numpy(dtype=float).clip(min=1)
-    return (
-        table[COLUMNS[0]].to_numpy(dtype=float) / count,
-        table[COLUMNS[1]].to_numpy(dtype=float) / count,
-    )
