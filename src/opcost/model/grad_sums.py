@@ -6,10 +6,11 @@ by its first convolution and by the shortcut's add, gets one add of its size; a 
 feature map, concatenated into every later layer's input, one per later layer; Swin's
 fused q, k, v, one per ``qkv[i]`` after the first. An op measured alone
 (:mod:`opcost.harness`) sums no gradient: its inputs are leaves, each taken once.
-:func:`opcost.extract.extract_gradient_sums` counts the sums on the network's autograd
-graph on PyTorch's ``meta`` device and gives each to the recorded call that made the
-tensor (:data:`COLUMNS` of an op table, over its calls); :func:`sum_time_s` is the GPU
-time they take, each add reading two gradients and writing one at the GPU's memory rate::
+:func:`opcost.extract.gradient_sums` counts the sums on the network's autograd graph on
+PyTorch's ``meta`` device and gives each to the recorded call that made the tensor, and
+tells which calls run no backward pass at all; :func:`opcost.extract.with_gradient_sums`
+puts them in an op table per call (:data:`COLUMNS`). :func:`sum_time_s` is the GPU time
+the sums take, each add reading two gradients and writing one at the GPU's memory rate::
 
     table = with_gradient_sums(extract_model_input(mi), mi)   # opcost.extract
     sum_time_s(adds, nbytes, peaks.memory_bytes_per_s, kernel_floor_s)
