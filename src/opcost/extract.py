@@ -250,7 +250,7 @@ class _Recorder(TorchFunctionMode):
         frame = self.stack.pop()
         if frame.module is not module:  # pragma: no cover - would be a torch bug
             raise ExtractionError("module call stack out of order")
-        if self.produced is not None and not any(t.requires_grad for t in _tensors(output)):
+        if self.produced is not None and not any(t.requires_grad for t in specs.tensors_in(output)):
             self.no_gradient.add(frame.index)
         cls = type(module)
         if frame.called_child or (frame.pending and _composite(module)):
@@ -275,7 +275,7 @@ class _Recorder(TorchFunctionMode):
         index = self._next_index()
         result = _with_conv_memory_format(func, args, func(*args, **kwargs))
         if self.produced is not None:
-            outputs = _tensors(result)
+            outputs = specs.tensors_in(result)
             for t in outputs:
                 if t.grad_fn is not None:
                     self.produced[(t.grad_fn, t.output_nr)] = (index, t.numel() * t.element_size())
@@ -333,16 +333,6 @@ def _with_conv_memory_format(func: Any, args: tuple, result: Any) -> Any:
         if args[0].is_contiguous(memory_format=fmt) and not args[0].is_contiguous():
             return result.contiguous(memory_format=fmt)
     return result
-
-
-def _tensors(x: Any) -> list[torch.Tensor]:
-    if isinstance(x, torch.Tensor):
-        return [x]
-    if isinstance(x, list | tuple):
-        return [t for i in x for t in _tensors(i)]
-    if isinstance(x, dict):
-        return [t for i in x.values() for t in _tensors(i)]
-    return []
 
 
 def _has_tensor(x: Any) -> bool:
@@ -410,7 +400,7 @@ def gradient_sums(
     recorder.produced = {}
     with torch.enable_grad():
         out = _record(net, shape, device, recorder)
-    roots = [t for t in _tensors(out) if t.grad_fn is not None]
+    roots = [t for t in specs.tensors_in(out) if t.grad_fn is not None]
     taken: Counter[tuple[Any, int]] = Counter((t.grad_fn, t.output_nr) for t in roots)
     seen, stack = set(), [t.grad_fn for t in roots]
     while stack:

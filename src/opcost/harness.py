@@ -134,16 +134,6 @@ def configure_numerics(opts: HarnessOptions) -> None:
     torch.backends.cudnn.allow_tf32 = opts.tf32
 
 
-def _output_tensors(out: Any) -> list[torch.Tensor]:
-    if isinstance(out, torch.Tensor):
-        return [out]
-    if isinstance(out, list | tuple):
-        return [t for item in out for t in _output_tensors(item)]
-    if isinstance(out, dict):
-        return [t for item in out.values() for t in _output_tensors(item)]
-    return []
-
-
 def _forward_step(
     calls: list[Callable[[list[torch.Tensor]], Any]], inputs: list[torch.Tensor]
 ) -> Callable[[], None]:
@@ -178,7 +168,7 @@ def _make_step(
     if not training:
         return _forward_step(calls, input_sets[0]), False, 1, None
     # One call to learn which outputs carry a gradient, and to shape the random gradients.
-    outs = [t for t in _output_tensors(calls[0](input_sets[0])) if t.requires_grad]
+    outs = [t for t in specs.tensors_in(calls[0](input_sets[0])) if t.requires_grad]
     for t in input_sets[0]:
         t.grad = None
     if not outs:
@@ -193,7 +183,7 @@ def _make_step(
         i = counter[0]
         out = []
         for k, inputs in enumerate(input_sets):
-            out += [t for t in _output_tensors(calls[(i + k) % n](inputs)) if t.requires_grad]
+            out += [t for t in specs.tensors_in(calls[(i + k) % n](inputs)) if t.requires_grad]
         counter[0] = (i + chain) % n
         return out
 

@@ -211,22 +211,21 @@ def tensor_spec(t: torch.Tensor) -> dict[str, Any]:
     return spec
 
 
+def tensors_in(value: Any) -> list[torch.Tensor]:
+    """Every tensor in a (possibly nested) value, in order: the value itself, the items of
+    lists and tuples, the values of dicts."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, list | tuple):
+        return [t for item in value for t in tensors_in(item)]
+    if isinstance(value, dict):
+        return [t for item in value.values() for t in tensors_in(item)]
+    return []
+
+
 def output_specs(output: Any) -> list[dict[str, Any]]:
     """Shapes and dtypes of every tensor in a (possibly nested) output."""
-    found: list[torch.Tensor] = []
-
-    def walk(x: Any) -> None:
-        if isinstance(x, torch.Tensor):
-            found.append(x)
-        elif isinstance(x, list | tuple):
-            for item in x:
-                walk(item)
-        elif isinstance(x, dict):
-            for item in x.values():
-                walk(item)
-
-    walk(output)
-    return [{"shape": list(t.shape), "dtype": dtype_name(t.dtype)} for t in found]
+    return [{"shape": list(t.shape), "dtype": dtype_name(t.dtype)} for t in tensors_in(output)]
 
 
 def qualified_name(obj: Any) -> str:
