@@ -59,7 +59,10 @@ def validation(traces: Path) -> pd.DataFrame:
 
 
 def op_model_predictions(op_models: Path) -> pd.DataFrame:
-    from opcost.extract import with_gradient_sums
+    """Each network of the committed studies extracted as ``opcost predict`` extracts it
+    (the studies' op tables may predate what extraction records now) and predicted from
+    the op models."""
+    from opcost.extract import extract_model_input, with_gradient_sums
     from opcost.model.opmodel_format import load_op_models
     from opcost.names import ModelInput
     from opcost.predict_replay import replay_networks
@@ -68,7 +71,7 @@ def op_model_predictions(op_models: Path) -> pd.DataFrame:
     for path in op_tables():  # each a network's, named model_batchxcxhxw
         model, dims = path.stem.rsplit("_", 1)
         mi = ModelInput(model, tuple(int(d) for d in dims.split("x")))
-        tables.append(with_gradient_sums(pd.read_parquet(path), mi))
+        tables.append(with_gradient_sums(extract_model_input(mi), mi))
     ops = pd.concat(tables, ignore_index=True)
     result = replay_networks(load_op_models(op_models), ops)
     return result.table.rename(columns={"network": "model_input"})[

@@ -304,7 +304,80 @@ def _run_rebuilt(spec, device):
     inputs = specs.random_inputs(spec, device=device)
     with torch.no_grad():
         out = op(inputs)
+    if spec["type"] == "torch.Tensor.__setitem__":  # the part of the target it wrote
+        args = specs.decode_value(spec["args"], inputs, torch.device(device))
+        out = specs.call_output(torch.Tensor.__setitem__, args, None)
     return specs.output_specs(out)
+
+
+class _Buffers(torch.nn.Module):
+    """Writes into part of a tensor, ``x[index] = value``, as networks make them: the
+    bands of a mask built from the input's shape (Swin's shifted windows'), and the
+    input written after a class token into a buffer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.proj(x)
+        mask = x.new_zeros((8, 8))
+        mask[0:-4, -4:-2] = 3
+        tokens = x.new_zeros((x.shape[0], x.shape[1] + 1, 4))
+        tokens[:, 1:] = x
+        return tokens.sum() + mask.sum()
+
+
+def test_a_write_into_part_of_a_tensor_is_an_op_that_writes_the_part():
+    """``x[index] = value`` returns nothing, but runs a kernel: it is recorded with the
+    part of ``x`` it writes as its output, and rebuilt it writes the value there."""
+    found = extract_ops(_Buffers(), (2, 3, 4))
+    sets = [s for s in found if s["type"] == "torch.Tensor.__setitem__"]
+    assert len(sets) == 2
+    mask, tokens = sets
+    assert mask["inputs"] == [{"shape": [8, 8], "dtype": "float32", "param": False}]
+    assert mask["args"][1:] == [
+        {"__tuple__": [{"__slice__": [0, -4, None]}, {"__slice__": [-4, -2, None]}]},
+        3,
+    ]
+    assert mask["outputs"] == [{"shape": [4, 2], "dtype": "float32"}]  # rows 0-3, cols 4-5
+    assert [i["shape"] for i in tokens["inputs"]] == [[2, 4, 4], [2, 3, 4]]
+    assert tokens["args"][2] == {"__tensor__": 1}
+    assert tokens["outputs"] == [{"shape": [2, 3, 4], "dtype": "float32"}]
+    for spec in sets:
+        assert _run_rebuilt(spec, "cpu") == spec["outputs"]
+    target = torch.zeros(8, 8)
+    written = specs.rebuild(mask)([target])
+    assert written is target
+    assert float(target.sum()) == 3 * 4 * 2
+    assert float(target[0:4, 4:6].min()) == 3
+
+
+def test_a_rebuilt_write_into_part_of_a_tensor_trains_its_value():
+    """In a training step the harness makes every floating input need a gradient; the
+    rebuilt write goes into a fresh detached view of the target, so that autograd allows
+    it, and the value's gradient is the output gradient's part."""
+    (_, tokens) = [
+        s for s in extract_ops(_Buffers(), (2, 3, 4)) if s["type"].endswith("__setitem__")
+    ]
+    target, value = specs.random_inputs(tokens, requires_grad=True)
+    out = specs.rebuild(tokens, inplace_ok=False)([target, value])
+    grad = torch.arange(out.numel(), dtype=torch.float32).reshape(out.shape)
+    out.backward(grad)
+    assert torch.equal(value.grad, grad[:, 1:])
+    assert target.grad is None
+    assert torch.equal(out[:, 1:], value.detach())
+
+
+def test_swin_builds_its_shifted_windows_masks_band_by_band():
+    """swin_t at 224: the shifted blocks of stages 1-3 (1 + 1 + 3) build their attention
+    mask in nine writes each, ``mask[h0:h1, w0:w1] = count``; stage 4's map is one window,
+    unshifted."""
+    table = extract_model_input(ModelInput("swin_t", (1, 3, 224, 224)))
+    sets = table[table["type"] == "torch.Tensor.__setitem__"]
+    assert int(sets["count"].sum()) == 5 * 9
+    maps = {json.loads(s)["inputs"][0]["shape"][0] for s in sets["spec"]}
+    assert maps == {56, 28, 14}
 
 
 @pytest.mark.parametrize(

@@ -83,6 +83,37 @@ def test_a_call_none_of_whose_outputs_needs_a_gradient_runs_no_backward_pass() -
     assert backward == {"new_zeros": 0, "sub": 0, "ne": 0, "masked_fill": 0, "Linear": 1, "add": 1}
 
 
+class _MaskBands(torch.nn.Module):
+    """A mask written band by band (``mask[a:b] = k``), and a buffer the input is written
+    into (``buf[:, 1:] = x``): only the second needs a gradient."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scores = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mask = x.new_zeros((x.shape[0], 8))
+        mask[:, 4:] = -100.0
+        buf = x.new_zeros((x.shape[0], 9))
+        buf[:, 1:] = self.scores(x)
+        return buf[:, 1:] + mask
+
+
+def test_a_write_into_part_of_a_tensor_runs_a_backward_pass_where_its_value_needs_one() -> None:
+    sums = gradient_sums(_MaskBands(), (4, 8))
+    types = [s["type"].rsplit(".", 1)[-1] for s in extract_ops(_MaskBands(), (4, 8))]
+    backward = [(t, b) for t, (*_, b) in zip(types, sums, strict=True)]
+    assert backward == [
+        ("new_zeros", 0),
+        ("__setitem__", 0),
+        ("new_zeros", 0),
+        ("Linear", 1),
+        ("__setitem__", 1),
+        ("__getitem__", 1),
+        ("add", 1),
+    ]
+
+
 def test_an_op_table_carries_its_calls_sums_per_call() -> None:
     mi = ModelInput("resnet18", (2, 3, 64, 64))
     table = with_gradient_sums(extract_model_input(mi), mi)

@@ -1564,3 +1564,14 @@ def test_generator_23_samples_views_of_part_of_a_tensor_as_networks_take_them():
             part.backward(torch.full_like(part, k + 1.0), retain_graph=True)
         assert x.grad.shape == x.shape
         assert float(x.grad.sum()) == sum((k + 1.0) * p.numel() for k, p in enumerate(parts))
+
+
+def test_a_function_call_is_recorded_as_extraction_sees_it():
+    """``F.pad(x, pad)`` without its defaults: torch hands the recorder ``mode`` and
+    ``value`` by name, and the op space records the spec a network's call has."""
+    x = torch.empty(2, 3, 4, 4, device="meta")
+    call = opspace_draw.function_call(torch.nn.functional.pad, x, (1, 1))
+    spec = opspace.record(call)
+    assert spec["kwargs"] == {"mode": "constant", "value": None}
+    (found,) = [s for s in extract_ops(_InANetwork(call), (1,)) if s["type"] == spec["type"]]
+    assert specs.canonical_json(found) == specs.canonical_json(spec)

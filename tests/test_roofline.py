@@ -256,6 +256,43 @@ def test_a_view_of_part_of_its_input_writes_the_whole_gradient_in_training() -> 
     assert op_work(ints, "training") == Work(0.0, 0.0)
 
 
+def test_a_write_into_part_of_a_tensor_moves_the_part_and_its_value() -> None:
+    """``mask[0:4, 4:6] = 3`` of an (8, 8) float32 mask: the (4, 2) part written, 32 B, and
+    no backward pass. ``buf[:, 1:] = x`` of a (2, 4, 4) buffer with x (2, 3, 4): x read
+    and the part written (96 + 96 B); in training x's gradient too, the output
+    gradient's part read and x's gradient written (96 + 96 B)."""
+    mask = {
+        "kind": "function",
+        "type": "torch.Tensor.__setitem__",
+        "args": [
+            {"__tensor__": 0},
+            {"__tuple__": [{"__slice__": [0, -4, None]}, {"__slice__": [-4, -2, None]}]},
+            3,
+        ],
+        "kwargs": {},
+        "inputs": [{"shape": [8, 8], "dtype": "float32", "param": False}],
+        "outputs": [{"shape": [4, 2], "dtype": "float32"}],
+    }
+    assert family_of(mask["type"]) == "copy"
+    assert op_work(mask, "inference") == Work(0.0, 32.0)
+    assert op_work(mask, "training") == Work(0.0, 32.0)
+    buffer = dict(
+        mask,
+        args=[
+            {"__tensor__": 0},
+            {"__tuple__": [{"__slice__": [None, None, None]}, {"__slice__": [1, None, None]}]},
+            {"__tensor__": 1},
+        ],
+        inputs=[
+            {"shape": [2, 4, 4], "dtype": "float32", "param": False},
+            {"shape": [2, 3, 4], "dtype": "float32", "param": False},
+        ],
+        outputs=[{"shape": [2, 3, 4], "dtype": "float32"}],
+    )
+    assert op_work(buffer, "inference") == Work(0.0, 96.0 + 96.0)
+    assert op_work(buffer, "training") == Work(0.0, 4 * 96.0)
+
+
 def test_view_strides_are_pytorchs_for_permuted_and_sliced_tensors() -> None:
     """Where no view of a tensor gives a new shape, ``view`` fails and ``reshape`` copies:
     checked against torch on the meta device, tensors permuted and sliced at random."""

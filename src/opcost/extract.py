@@ -274,8 +274,10 @@ class _Recorder(TorchFunctionMode):
         kwargs = kwargs or {}
         index = self._next_index()
         result = _with_conv_memory_format(func, args, func(*args, **kwargs))
+        written = specs.call_output(func, args, result)
         if self.produced is not None:
-            outputs = specs.tensors_in(result)
+            # An in-place write (x[index] = value) changes x's autograd node: x is its output.
+            outputs = specs.tensors_in(args[0] if written is not result else result)
             for t in outputs:
                 if t.grad_fn is not None:
                     self.produced[(t.grad_fn, t.output_nr)] = (index, t.numel() * t.element_size())
@@ -283,13 +285,26 @@ class _Recorder(TorchFunctionMode):
                 self.no_gradient.add(index)
         if self.functional_ops and self.stack:
             name = resolve_name(func)
-            if name is not None and not _METADATA.search(name) and _has_tensor(result):
-                spec = specs.make_spec("function", name, args, kwargs, result)
+            if name is not None and not _METADATA.search(name) and _has_tensor(written):
+                spec = specs.make_spec("function", name, args, kwargs, written)
                 if spec is None:
                     self.skipped[name] += 1
                 else:
                     self.stack[-1].pending.append((index, spec))
         return result
+
+
+def function_spec(fn: Any, args: tuple, kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    """The spec extraction records for ``fn(*args, **kwargs)`` called in a module's
+    forward pass: the torch call as PyTorch hands it to the recorder (a function such as
+    ``F.pad`` passes its defaults by name), or None where the recorder keeps no spec of it
+    (a call that reads metadata, an argument without a JSON form)."""
+    recorder = _Recorder(functional_ops=True)
+    recorder.stack.append(_Frame(torch.nn.Module(), (), {}, recorder._next_index()))
+    with torch.no_grad(), recorder:
+        fn(*args, **kwargs)
+    pending = recorder.stack[-1].pending
+    return pending[0][1] if len(pending) == 1 else None
 
 
 def _composite(module: torch.nn.Module) -> bool:

@@ -26,9 +26,10 @@ MODES = ("inference", "training")
 #: changed get a new op_id and are profiled. 2: one tensor passed several times is one
 #: input; strides of non-contiguous inputs; convolutions on meta keep their input's
 #: memory format. 3: a module of no op family that owns child modules but called none of
-#: them is the torch calls it made (opcost.extract). Here, not in opcost.spec, so that
-#: reading it imports no torch.
-SPEC_VERSION = 3
+#: them is the torch calls it made (opcost.extract). 4: a write into part of a tensor,
+#: ``x[index] = value``, is an op (opcost.spec.call_output). Here, not in opcost.spec, so
+#: that reading it imports no torch.
+SPEC_VERSION = 4
 
 #: Plausible locked SM clocks, MHz. The supported graphics clocks of current NVIDIA
 #: datacenter and desktop GPUs lie inside: the lowest are a few hundred MHz (A100's list

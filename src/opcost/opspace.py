@@ -35,11 +35,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-from torch.overrides import resolve_name
 
 from opcost import opspace_conv
 from opcost import spec as specs
 from opcost.errors import OpcostError
+from opcost.extract import function_spec
 from opcost.opspace_draw import Call
 from opcost.opspace_ops import FAMILY_MAKERS, VERSIONED_FAMILIES
 
@@ -102,10 +102,11 @@ FAMILIES: dict[str, Family] = {
 
 
 def record(call: Call) -> dict[str, Any]:
-    """The spec extraction records for this call (module: its type and attributes)."""
-    with torch.no_grad():
-        out = call.fn(*call.args, **call.kwargs)
+    """The spec extraction records for this call (module: its type and attributes;
+    function: the torch call as the recorder sees it, opcost.extract.function_spec)."""
     if call.module is not None:
+        with torch.no_grad():
+            out = call.fn(*call.args, **call.kwargs)
         cls = type(call.module)
         spec = specs.make_spec(
             "module",
@@ -116,7 +117,7 @@ def record(call: Call) -> dict[str, Any]:
             attrs=specs.module_attrs(call.module),
         )
     else:
-        spec = specs.make_spec("function", resolve_name(call.fn), call.args, call.kwargs, out)
+        spec = function_spec(call.fn, call.args, call.kwargs)
     if spec is None:  # pragma: no cover - every family's call has a JSON form
         raise OpSpaceError(f"cannot record {call.fn!r}")
     return spec

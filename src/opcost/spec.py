@@ -228,6 +228,28 @@ def output_specs(output: Any) -> list[dict[str, Any]]:
     return [{"shape": list(t.shape), "dtype": dtype_name(t.dtype)} for t in tensors_in(output)]
 
 
+def call_output(func: Any, args: Sequence[Any], result: Any) -> Any:
+    """What a call's spec records as its output: its result; for ``x[index] = value``
+    (``Tensor.__setitem__``, which returns None) the part of ``x`` it writes,
+    ``x[index]``."""
+    if func is torch.Tensor.__setitem__ and len(args) >= 2 and isinstance(args[0], torch.Tensor):
+        with torch.no_grad():
+            return args[0][args[1]]
+    return result
+
+
+def set_part(target: torch.Tensor, index: Any, value: Any) -> torch.Tensor:
+    """``target[index] = value``, returning the tensor written, as :func:`rebuild` runs a
+    ``Tensor.__setitem__`` spec. Where ``target`` requires a gradient (a training step
+    makes every floating input require one), the value is written into a fresh
+    :meth:`~torch.Tensor.detach` of it, so that autograd allows the in-place write and a
+    step's graph does not grow with every call: the result then needs a gradient where the
+    value does, as an activation written into a buffer does in a network."""
+    out = target.detach() if target.requires_grad else target
+    out[index] = value
+    return out
+
+
 def qualified_name(obj: Any) -> str:
     """``module.QualName`` of a class or function."""
     return f"{obj.__module__}.{obj.__qualname__}"
@@ -329,6 +351,9 @@ def is_inplace(spec: dict[str, Any]) -> bool:
     return named or out_of_place_name(spec["type"]) != spec["type"]
 
 
+_SETITEM = "torch.Tensor.__setitem__"
+
+
 @dataclass
 class Rebuilt:
     """An operation ready to run: ``fn(*tensors)`` runs it on the given inputs."""
@@ -366,7 +391,8 @@ def rebuild(
             name = out_of_place_name(name)
             if kwargs.get("inplace") is True:
                 kwargs = {**kwargs, "inplace": False}
-        return Rebuilt(resolve_name(name), None, spec["args"], kwargs)
+        fn = set_part if name == _SETITEM else resolve_name(name)
+        return Rebuilt(fn, None, spec["args"], kwargs)
     raise SpecError(f"unknown op kind {spec.get('kind')!r}")
 
 
@@ -404,12 +430,13 @@ def random_inputs(
 
 
 def _index_rows(spec: dict[str, Any], k: int) -> int | None:
-    """The rows input ``k`` indexes where the spec gathers ``table[index]`` with it (a
-    ``__getitem__`` of one tensor by another), else None."""
+    """The rows input ``k`` indexes where the spec gathers ``table[index]`` or writes
+    ``table[index] = value`` with it (a ``__getitem__`` or ``__setitem__`` of one tensor
+    by another), else None."""
     args = spec.get("args") or []
     if (
-        spec["type"].endswith("__getitem__")
-        and len(args) == 2
+        spec["type"].endswith(("__getitem__", "__setitem__"))
+        and len(args) >= 2
         and args[1] == {"__tensor__": k}
         and isinstance(args[0], dict)
         and "__tensor__" in args[0]

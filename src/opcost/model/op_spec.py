@@ -108,7 +108,7 @@ _BY_NAME: dict[str, str] = {
     **dict.fromkeys(("dropout", "dropout1d", "dropout2d", "dropout3d"), "dropout"),
     **dict.fromkeys(("alpha_dropout", "alphadropout", "feature_alpha_dropout"), "dropout"),
     **dict.fromkeys(("cat", "stack", "concat", "concatenate"), "cat"),
-    **dict.fromkeys(("contiguous", "clone", "to", "copy", "pad", "roll"), "copy"),
+    **dict.fromkeys(("contiguous", "clone", "to", "copy", "pad", "roll", "setitem"), "copy"),
     **dict.fromkeys(
         (
             "view",

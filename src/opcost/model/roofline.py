@@ -62,6 +62,9 @@ that takes part of its input (slicing, ``x[0]``, ``chunk``: :data:`PART_VIEWS`,
 with a tensor (``x[idx]``) gathers: the index is read and the output written.
 ``reshape`` and ``flatten`` of an input whose strides admit no view of the new shape
 (:func:`view_strides`: a permuted map, say) copy it: read and written once.
+``x[index] = value`` (``Tensor.__setitem__``, a copy) writes the part of ``x`` its spec
+records as output and reads the value; in training, a tensor value's gradient reads that
+part of the output gradient and writes the value's (a scalar value has no backward pass).
 ``contiguous`` of a contiguous input, ``to`` without a change of dtype or layout, dropout
 and ``StochasticDepth`` in inference (or with ``p == 0``) return their input: ``Work(0,
 0)``.
@@ -351,6 +354,8 @@ def _forward_and_backward(op: OpSpec, family: str, training: bool) -> Work:
             return Work(0.0, 0.0)
         if op.name == "copy":  # dst.copy_(src): src read, dst written
             io = sum(op.nbytes(t) for t in op.inputs[1:]) + op.out_bytes
+        if op.name == "setitem":
+            return _set_part_work(op, training)
     else:  # other
         flops = float(max(in_numel, out_numel))
     w = op.param_bytes(n_params)
@@ -358,6 +363,19 @@ def _forward_and_backward(op: OpSpec, family: str, training: bool) -> Work:
     if not training:
         return Work(flops, fwd)
     return Work(2.0 * flops, fwd + o + x + 2.0 * w + saved)
+
+
+def _set_part_work(op: OpSpec, training: bool) -> Work:
+    """``x[index] = value``: the part of ``x`` written (the spec's output, ``x[index]``)
+    and the value and index tensors read; in training, where the value is a floating
+    tensor, its gradient: the output gradient's part read and the value's gradient
+    written. A scalar value has no backward pass."""
+    values = op.inputs[1:]
+    fwd = sum(op.nbytes(t) for t in values) + op.out_bytes
+    if not training:
+        return Work(0.0, fwd)
+    grads = sum(op.nbytes(t) for t in values if is_float(str(t.get("dtype", ""))))
+    return Work(0.0, fwd + (op.float_out_bytes + grads if grads else 0.0))
 
 
 def _copy_is_identity(op: OpSpec) -> bool:
