@@ -169,7 +169,7 @@ def test_measured_op_models_train_on_the_studys_chunks_and_the_tf32_twins(repo):
     h200_on += [raw.format("h200", f"r40-{c}") for c in range(3)]
     h200_on += [raw.format("h200", f"r42-{c}") for c in range(2)]
     h200_on += [raw.format("h200", f"r{r}-{c}") for r in (44, 46, 48, 51, 52, 53) for c in range(2)]
-    h200_on += [raw.format("h200", c) for c in ("r54-0", "r54-1", "r56-0", "r57-0")]
+    h200_on += [raw.format("h200", c) for c in ("r54-0", "r54-1", "r56-0", "r57-0", "r58-0")]
     h200_off = [c.format("h200-notf32") for c in (*off, *power_rounds)]
     h200_off += [raw.format("h200-notf32", f"r{r}-{c}") for r in (20, 21, 23) for c in (0, 1)]
     h200_off += [raw.format("h200-notf32", f"r25-{c}") for c in range(5)]

@@ -106,9 +106,9 @@ def test_a_round_samples_with_the_newest_generator_unless_it_names_one():
     assert osw.op_space_sampling_params(study)["generator"] == 2
     assert osw.op_space_round_params(study, 2)["generator"] == 2
     assert osw.op_space_round_params(study, 3)["generator"] == 1
-    assert tuple(range(1, 24)) == opspace.GENERATORS
-    config = _config([{**ROUND_2, "generator": 24}])
-    with pytest.raises(ConfigError, match=r"op_space\.rounds\.0\.generator: 24 is not allowed"):
+    assert tuple(range(1, 25)) == opspace.GENERATORS
+    config = _config([{**ROUND_2, "generator": 25}])
+    with pytest.raises(ConfigError, match=r"op_space\.rounds\.0\.generator: 25 is not allowed"):
         load_study(config)
 
 
@@ -397,6 +397,8 @@ def test_the_op_space_config_records_each_rounds_allocation(repo):
         {"samples": {"copy": 80}, "power_samples": 2, "generator": 22, "gpus": ["h200"]},
         # Round 57: views of part of a tensor, a copy in training.
         {"samples": {"copy": 120}, "power_samples": 2, "generator": 23, "gpus": ["h200"]},
+        # Round 58: writes into part of a tensor.
+        {"samples": {"copy": 160}, "power_samples": 2, "generator": 24, "gpus": ["h200"]},
     ]  # fmt: skip
     study = load_study_file(repo / "config/op-space.yaml")
     samples = study.config["op_space"]["samples"]

@@ -4,8 +4,10 @@ real measurements under data/op-space."""
 
 import json
 import math
+import re
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -451,7 +453,7 @@ def test_the_committed_measurements_are_sane(gpu):
     # Round 1, the adaptive rounds 2 and 3, the power round 4 and the convolutions of rounds
     # 5 and 6 (data/op-space/README.md), each fully measured; on the H100 rounds 9, 12, 14;
     # on both the power rounds 16 and 17; on the H200 rounds 18, 19, 22, 24, 26, 28, 30-34, 36,
-    # 38, 40, 42, 44, 46, 48, 51-54, 56, 57.
+    # 38, 40, 42, 44, 46, 48, 51-54, 56-58.
     own = (
         (9, 12, 14)
         if gpu == "h100"
@@ -471,8 +473,7 @@ def test_the_committed_measurements_are_sane(gpu):
             46,
             48,
             *range(51, 55),
-            56,
-            57,
+            *range(56, 59),
         )
     )
     measured = (2, 3, 4, 5, 6, *own, 16, 17)
@@ -624,8 +625,8 @@ def test_generator_2_samples_small_maps_and_grouped_convolutions_as_networks_bui
     assert opspace.sample(counts, seed=0, generator=1)["op_id"].tolist() == (
         opspace.sample(counts, seed=0, generator=2)["op_id"].tolist()
     )
-    with pytest.raises(opspace.OpSpaceError, match="generator 24"):
-        opspace.sample({"conv": 1}, generator=24)
+    with pytest.raises(opspace.OpSpaceError, match="generator 25"):
+        opspace.sample({"conv": 1}, generator=25)
 
 
 def test_generator_6_samples_dense_convolutions_of_aligned_widths():
@@ -1189,7 +1190,7 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     generator version a round names keeps it as measured."""
     study = load_study_file(REPO / "config/op-space.yaml")
     rounds = osw.op_space_round_counts(study)
-    assert len(rounds) == 57
+    assert len(rounds) == 58
     for r in range(2, len(rounds) + 1):
         params = osw.op_space_round_params(study, r)
         committed = pd.read_parquet(DATA / f"samples-r{r}.parquet")
@@ -1575,3 +1576,52 @@ def test_a_function_call_is_recorded_as_extraction_sees_it():
     assert spec["kwargs"] == {"mode": "constant", "value": None}
     (found,) = [s for s in extract_ops(_InANetwork(call), (1,)) if s["type"] == spec["type"]]
     assert specs.canonical_json(found) == specs.canonical_json(spec)
+
+
+def _signed_pattern(spec):
+    """How a call indexes, whatever its sizes: its index and value with each integer as
+    ``i`` or ``-i``."""
+    index = json.dumps(spec["args"][1:])
+    return re.sub(r"-?\d+", lambda m: "-i" if m.group().startswith("-") else "i", index)
+
+
+def test_generator_24_samples_writes_into_part_of_a_tensor_as_networks_make_them():
+    """Generator 24's writes ``x[index] = value``: the index patterns of Swin's
+    shifted-window masks are among them; each round-trips through extraction; its output is
+    the part written, which the roofline counts with the value read; rebuilt on the CPU it
+    writes the value there, and in training a tensor value gets the part's gradient."""
+    from opcost.extract import extract_model_input
+    from opcost.model import roofline as rl
+    from opcost.names import ModelInput
+
+    table = opspace.sample({"copy": 160}, seed=0, generator=24)
+    drawn = [json.loads(s) for s in table["spec"]]
+    assert {s["type"] for s in drawn} == {"torch.Tensor.__setitem__"}
+    swin = extract_model_input(ModelInput("swin_t", (1, 3, 224, 224)))
+    masks = {
+        _signed_pattern(json.loads(s))
+        for s, t in swin[["spec", "type"]].itertuples(index=False)
+        if t.endswith("__setitem__")
+    }
+    assert len(masks) == 9  # three bands a side
+    assert masks <= {_signed_pattern(s) for s in drawn}
+    kinds = Counter(len(s["inputs"]) for s in drawn)  # 1: a scalar value; 2: a tensor's
+    assert kinds[1] > 40
+    assert kinds[2] > 40
+    _assert_round_trips(24, 8, "copy", opspace.points("copy", 8, seed=5))
+    for spec in drawn:
+        target, *value = spec["inputs"]
+        part = 4 * math.prod(spec["outputs"][0]["shape"])
+        assert 0 < part < 4 * math.prod(target["shape"])
+        read = sum(4 * math.prod(v["shape"]) for v in value)
+        assert rl.op_work(spec, "inference").bytes == part + read
+        assert rl.op_work(spec, "training").bytes == part + read + (part + read if value else 0)
+    for spec in sorted(drawn, key=_numel)[:30]:
+        inputs = specs.random_inputs(spec, requires_grad=True)
+        out = specs.rebuild(spec, inplace_ok=False)(inputs)
+        assert out.shape == tuple(spec["inputs"][0]["shape"])
+        if len(inputs) == 2:
+            out.backward(torch.ones_like(out))
+            assert float(inputs[1].grad.sum()) == inputs[1].numel()
+        else:
+            assert not out.requires_grad

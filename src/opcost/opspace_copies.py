@@ -1,8 +1,9 @@
 """The op space's copies (family ``copy``): how a point of the unit cube becomes one copy, and
 its call on the ``meta`` device, as networks make it (docs/op-space.md, "What is
 sampled"): a ``contiguous()`` of a permuted or shuffled tensor (generators 1-20), a
-shifted-window block's copies (21), a table gathered by indices (22), and a view of part
-of a tensor, whose backward pass writes the whole tensor's gradient (23)."""
+shifted-window block's copies (21), a table gathered by indices (22), a view of part of a
+tensor, whose backward pass writes the whole tensor's gradient (23), and a write into part
+of a tensor, ``x[index] = value`` (24)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,9 @@ def _copy(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
     """``contiguous()`` of shufflenet's channel shuffle or of an NCHW-to-NHWC permute, on a
     tensor of :func:`~opcost.opspace_draw.tensor_shape`; from generator 21 on,
     :func:`_window_copy`; from generator 22 on, :func:`_gather`; from generator 23 on,
-    :func:`_part_view`."""
+    :func:`_part_view`; from generator 24 on, :func:`_set_part`."""
+    if generator >= 24:
+        return _set_part(u)
     if generator >= 23:
         return _part_view(u)
     if generator >= 22:
@@ -130,6 +133,8 @@ def _window_copy_call(p: dict[str, Any]) -> Call:
 
 
 def _copy_call(p: dict[str, Any]) -> Call:
+    if p.get("type") in SET_PARTS[0]:
+        return _set_part_call(p)
     if p.get("type") in PART_VIEWS[0]:
         return _part_view_call(p)
     if p.get("type") == "gather":
@@ -211,3 +216,70 @@ def _part_view_call(p: dict[str, Any]) -> Call:
         x = _t(b, round_to(c, 2), side, side)
         return _f(torch.Tensor.chunk, x, 2, dim=1)
     return _f(torch.chunk, _t(b, windows, ws * ws, 3 * c), 3, dim=-1)  # MaxViT: q, k, v
+
+
+#: Generator 24's writes into part of a tensor, ``x[index] = value``, and how often each:
+#: the bands of a shifted-window attention mask (Swin's nine ``mask[h0:h1, w0:w1] =
+#: count``), tokens of a sequence written into a buffer (``x[:, 1:] = patches``, a class
+#: token ``x[:, 0] = token``), channels of a map written into a preallocated block
+#: (``x[:, c0:c1] = features``) and a border of a map filled with a scalar.
+SET_PARTS = (("mask", "tokens", "channels", "fill"), (0.35, 0.2, 0.25, 0.2))
+#: The bands a shifted-window mask is cut into along each side: ``(start, stop)`` in
+#: windows ``w`` and shifts ``s`` from the end, Swin's ``(0, -w), (-w, -s), (-s, None)``.
+MASK_BANDS = ("head", "window", "shift")
+
+
+def _set_part(u: Sequence[float]) -> dict[str, Any]:
+    """A write into part of a tensor (:data:`SET_PARTS`), one kernel that writes the part
+    and reads the value, and in training, for a tensor value, a backward pass that takes
+    the part's gradient (:func:`opcost.model.roofline.op_work`): a mask of a stage's map
+    of 4x4 patches (:data:`opcost.opspace_conv.PATCH_HALVINGS`) padded to windows of 7 or
+    8, shifted by half a window; a sequence of :data:`ATTENTION_TOKENS` tokens; a map of a
+    network's stage (:func:`opcost.opspace_conv.stage_map`); widths of
+    :func:`opcost.opspace_conv.block_width` (32-2048); a power-of-two batch (1-256)."""
+    kind = pick(u[1], *SET_PARTS)
+    window = pick(u[4], [7, 8], [0.6, 0.4])
+    return {
+        "type": kind,
+        "batch": power_of_two(u[0], 1, 256),
+        "channels": max(block_width(u[2]), 32),
+        "spatial": max(stage_map(u[3], PATCH_HALVINGS if kind == "mask" else HALVINGS), 1),
+        "tokens": pick(u[3], *ATTENTION_TOKENS),
+        "window": window,
+        "bands": (pick(u[5], MASK_BANDS), pick(beyond(u[5]), MASK_BANDS)),
+        "share": pick(beyond(u[2]), [1, 2, 4]),  # the part: a half, a quarter, ... or one
+        "scalar": beyond(u[1]) < 0.5,
+    }
+
+
+def _band(band: str, window: int, shift: int) -> slice:
+    return {
+        "head": slice(0, -window),
+        "window": slice(-window, -shift),
+        "shift": slice(-shift, None),
+    }[band]
+
+
+def _set_part_call(p: dict[str, Any]) -> Call:
+    b, side, c, kind = p["batch"], p["spatial"], p["channels"], p["type"]
+    if kind == "mask":  # Swin: the attention mask of a shifted window, band by band
+        ws = p["window"]
+        padded = max(-(-side // ws) * ws, 2 * ws)
+        index = tuple(_band(band, ws, ws // 2) for band in p["bands"])
+        return _f(
+            torch.Tensor.__setitem__, _t(padded, padded), index, MASK_BANDS.index(p["bands"][0])
+        )
+    if kind == "tokens":  # a sequence's tokens after the class token, or the class token
+        tokens = p["tokens"]
+        x = _t(b, tokens, c)
+        if p["share"] == 1:
+            return _f(torch.Tensor.__setitem__, x, (slice(None), 0), _t(b, c))
+        return _f(torch.Tensor.__setitem__, x, (slice(None), slice(1, None)), _t(b, tokens - 1, c))
+    if kind == "channels":  # a block's features written into its preallocated output
+        part = max(c // (2 * p["share"]), 1)
+        x = _t(b, c, side, side)
+        value = 0.0 if p["scalar"] else _t(b, part, side, side)
+        return _f(torch.Tensor.__setitem__, x, (slice(None), slice(c - part, c)), value)
+    border = max(side // (4 * p["share"]), 1)  # a border of the map zeroed
+    x = _t(b, c, side, side)
+    return _f(torch.Tensor.__setitem__, x, (..., slice(side - border, None), slice(None)), 0.0)
