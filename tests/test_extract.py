@@ -353,6 +353,24 @@ def test_a_write_into_part_of_a_tensor_is_an_op_that_writes_the_part():
     assert float(target[0:4, 4:6].min()) == 3
 
 
+class _MaskedWrite(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.proj(x)
+        x[x > 0] = 0.0
+        return x
+
+
+def test_a_write_through_a_boolean_mask_on_meta_is_left_out_not_failed():
+    """``x[x > 0] = 0``: on ``meta`` the part's shape depends on data nobody has, so no
+    spec is kept for the write; extraction goes on."""
+    types = [s["type"] for s in extract_ops(_MaskedWrite(), (2, 4))]
+    assert types == ["torch.nn.modules.linear.Linear", "torch.Tensor.gt"]
+
+
 def test_a_rebuilt_write_into_part_of_a_tensor_trains_its_value():
     """In a training step the harness makes every floating input need a gradient; the
     rebuilt write goes into a fresh detached view of the target, so that autograd allows

@@ -33,6 +33,7 @@ from opcost.errors import OpcostError
 from opcost.names import SPEC_VERSION as SPEC_VERSION  # defined torch-free
 
 TENSOR = "__tensor__"
+_SETITEM = "torch.Tensor.__setitem__"
 _SKIP = object()
 
 #: Constructor parameters that a module does not keep as a plain attribute, and the
@@ -231,10 +232,14 @@ def output_specs(output: Any) -> list[dict[str, Any]]:
 def call_output(func: Any, args: Sequence[Any], result: Any) -> Any:
     """What a call's spec records as its output: its result; for ``x[index] = value``
     (``Tensor.__setitem__``, which returns None) the part of ``x`` it writes,
-    ``x[index]``."""
+    ``x[index]``, where the device can tell its shape (a boolean mask on ``meta`` cannot:
+    then None, and no spec)."""
     if func is torch.Tensor.__setitem__ and len(args) >= 2 and isinstance(args[0], torch.Tensor):
-        with torch.no_grad():
-            return args[0][args[1]]
+        try:
+            with torch.no_grad():
+                return args[0][args[1]]
+        except (RuntimeError, NotImplementedError, IndexError, TypeError):
+            return result
     return result
 
 
@@ -349,9 +354,6 @@ def is_inplace(spec: dict[str, Any]) -> bool:
         return spec.get("attrs", {}).get("inplace") is True
     named = (spec.get("kwargs") or {}).get("inplace") is True  # F.relu(x, inplace=True)
     return named or out_of_place_name(spec["type"]) != spec["type"]
-
-
-_SETITEM = "torch.Tensor.__setitem__"
 
 
 @dataclass
