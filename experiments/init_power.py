@@ -27,7 +27,7 @@ import statistics
 import torch
 
 from opcost import harness
-from opcost.extract import build_model
+from opcost.networks import build_model
 from opcost.nvml import EnergyCounter, cuda_device_uuid
 
 MODELS = (

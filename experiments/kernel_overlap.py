@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 
 from opcost import harness, kineto, tracing
-from opcost.extract import build_model
 from opcost.names import ModelInput
+from opcost.networks import build_model
 
 
 def overlap(trace: dict) -> dict:

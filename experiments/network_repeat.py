@@ -25,7 +25,7 @@ import torch
 
 from opcost import harness, profile
 from opcost.config import load_study_file
-from opcost.extract import build_model
+from opcost.networks import build_model
 
 REPO = Path(__file__).resolve().parents[1]
 

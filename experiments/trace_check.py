@@ -17,8 +17,9 @@ from pathlib import Path
 import torch
 
 from opcost import harness, host_probe, replay, tracing
-from opcost.extract import build_model, extract_model_input
+from opcost.extract import extract_model_input
 from opcost.names import ModelInput
+from opcost.networks import build_model
 
 
 def own_replay(rec):

@@ -35,7 +35,7 @@ Command line (exit code 2, one line on stderr naming the argument or file):
 
 - malformed ``--input`` (empty, not a number, zero, negative): cli.py:parse_shape
 - unknown model, import path that does not resolve, factory that returns no module:
-  extract.py:build_model (``ExtractionError`` via extract.py:extract_model_input)
+  networks.py:build_model (``ExtractionError`` via extract.py:extract_model_input)
 - ``opcost predict`` with a missing predictor directory, or one that holds none:
   predict.py:load_predictors
 - incompatible feature schema (the models' columns differ from features.json):

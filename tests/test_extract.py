@@ -13,12 +13,12 @@ import torchvision
 from opcost import spec as specs
 from opcost.extract import (
     ExtractionError,
-    build_model,
     extract_model_input,
     extract_ops,
     unique_ops,
 )
 from opcost.names import ModelInput
+from opcost.networks import build_model
 
 CONV = "torch.nn.modules.conv.Conv2d"
 BN = "torch.nn.modules.batchnorm.BatchNorm2d"

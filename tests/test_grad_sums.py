@@ -9,7 +9,6 @@ import torch
 
 from opcost import spec as specs
 from opcost.extract import (
-    _build_for_extraction,
     extract_model_input,
     extract_ops,
     gradient_sums,
@@ -17,6 +16,7 @@ from opcost.extract import (
 )
 from opcost.model.grad_sums import COLUMNS, sum_time_s
 from opcost.names import ModelInput
+from opcost.networks import build_for_extraction
 
 
 def test_a_residual_network_sums_each_blocks_input_once() -> None:
@@ -24,9 +24,9 @@ def test_a_residual_network_sums_each_blocks_input_once() -> None:
     convolution and by its shortcut (the add, or the downsampling convolution), so its
     gradient is summed once; each sum goes to the call that made the input (the stem's
     max pooling, then each block's last ReLU)."""
-    net = _build_for_extraction("resnet18")
+    net = build_for_extraction("resnet18")
     sums = gradient_sums(net, (2, 3, 64, 64))
-    recorded = extract_ops(_build_for_extraction("resnet18"), (2, 3, 64, 64))
+    recorded = extract_ops(build_for_extraction("resnet18"), (2, 3, 64, 64))
     assert [op_id for op_id, *_ in sums] == [specs.op_id(s) for s in recorded]
     # Block inputs: 64x16x16 (layer 1, twice, and layer 2's first), 128x8x8 (twice),
     # 256x4x4 (twice), 512x2x2, float32, batch 2.

@@ -245,7 +245,7 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any] | None = None
 
 
 def _check_factory(model: str, where: str) -> None:
-    """Refuse an import path that is not a network factory (opcost.extract.check_factory);
+    """Refuse an import path that is not a network factory (opcost.networks.check_factory);
     each path is checked once per process."""
     problem = factory_problem(model)
     if problem is not None:
@@ -258,7 +258,7 @@ def load_study(config: dict[str, Any], *, check_models: bool = True) -> Study:
     With ``check_models``, a torchvision name must be a torchvision model, and an import
     path ``package.module:factory`` is imported (a config names code to run, as a
     Snakefile is code) and checked to be a factory of a ``torch.nn.Module``
-    (:func:`opcost.extract.check_factory`).
+    (:func:`opcost.networks.check_factory`).
 
     Raises:
         ConfigError: naming the field, for a misspelt key, a wrong type, an unsafe name, an

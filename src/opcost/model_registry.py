@@ -56,9 +56,9 @@ def is_torchvision_model(model: str) -> bool:
 @cache
 def factory_problem(model: str) -> str | None:
     """Why the import path ``model`` is not a network factory
-    (:func:`opcost.extract.check_factory`), or None; each path is checked once per
+    (:func:`opcost.networks.check_factory`), or None; each path is checked once per
     process."""
-    from opcost.extract import check_factory
+    from opcost.networks import check_factory
 
     try:
         check_factory(model)

@@ -435,7 +435,7 @@ def _measure_into(
             if kind == "op":
                 workload = harness.prepare_op(spec, opts)
             else:
-                from opcost.extract import build_model
+                from opcost.networks import build_model
 
                 net = build_model(model_input.model)
                 workload = harness.prepare_network(net, model_input.shape, opts)

@@ -437,7 +437,7 @@ def _trace(
 ) -> dict[str, Any]:
     if kind == "op":
         return trace_workload(harness.prepare_op(spec, opts), opts, wall_window_s=OP_WALL_WINDOW_S)
-    from opcost.extract import build_model
+    from opcost.networks import build_model
 
     # Built on the device: the same initialisation, drawn there rather than by the
     # host's CPU (seconds for the larger networks).
