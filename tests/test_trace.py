@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 
 from opcost import kineto
 from opcost.replay import replay
@@ -278,6 +279,63 @@ def test_a_traced_network_finds_extractions_ops_in_extractions_order(mode, tmp_p
         assert any(r["phase"] == "backward" and r["call"] is not None for r in record["breakdown"])
     assert math.isfinite(record["wall_time_s"])
     assert record["wall_time_s"] > 0
+
+
+class _WindowBlock(torch.nn.Module):
+    """What a Swin block does that a residual network does not: a composite of no op
+    family that computes with its children's weights without calling them (extraction
+    records its torch calls, not the module), and a mask written band by band
+    (``x[index] = value``, which returns nothing)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(8)
+        self.attn = _OwnProducts()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mask = x.new_zeros((x.shape[1], x.shape[1]))
+        mask[:2, 2:] = -1.0
+        mask[2:, :2] = -1.0
+        return x + self.attn(self.norm(x), mask)
+
+
+class _OwnProducts(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = torch.nn.Linear(8, 24)
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        q, k, v = torch.nn.functional.linear(x, self.qkv.weight, self.qkv.bias).chunk(3, -1)
+        a = torch.softmax(q @ k.transpose(-2, -1) + mask, dim=-1)
+        return torch.nn.functional.linear(a @ v, self.proj.weight, self.proj.bias)
+
+
+@pytest.mark.parametrize("mode", ["inference", "training"])
+def test_a_traced_composite_and_a_write_into_part_of_a_tensor_are_extractions_calls(mode):
+    """The breakdown names the calls extraction records, one by one: the composite's
+    products, softmax and its two linear maps, and each band of the mask, not the
+    composite as one call, nor nothing for the writes."""
+    from opcost import harness, profile, tracing
+    from opcost import spec as specs
+    from opcost.config import GpuConfig
+    from opcost.extract import extract_ops
+    from opcost.names import parse_setting
+
+    shape = (2, 4, 8)
+    order = [specs.op_id(s) for s in extract_ops(_WindowBlock(), shape)]
+    types = [s["type"].rsplit(".", 1)[-1] for s in extract_ops(_WindowBlock(), shape)]
+    assert types == [
+        "new_zeros", "__setitem__", "__setitem__", "LayerNorm", "linear", "chunk",
+        "transpose", "matmul", "add", "softmax", "matmul", "linear", "add",
+    ]  # fmt: skip
+    gpu = GpuConfig("local", "cpu", True, "float32", (parse_setting("default"),), None, None)
+    opts = profile.options_for(gpu, mode, dict(profile.profile_defaults()))
+    net = _WindowBlock()
+    record = tracing.trace_network(harness.prepare_network(net, shape, opts), net, opts)
+    forward = [r for r in record["breakdown"] if r["phase"] == "forward" and r["call"] is not None]
+    assert [r["call"] for r in forward] == list(range(len(order)))
+    assert [r["op_id"] for r in forward] == order
 
 
 # -- evaluate joins traces; validation replays the committed Hopper data -------------------

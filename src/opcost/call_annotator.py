@@ -1,7 +1,8 @@
 """Each op call of a network annotated in a profiler trace, as :mod:`opcost.extract` finds it.
 
 A :class:`CallAnnotator` wraps every call extraction counts as an op (leaf modules, torch
-calls made directly in a non-leaf module's ``forward``) in a profiler range
+calls made directly in a non-leaf module's ``forward`` or in a composite's, a write into
+part of a tensor as the part it writes) in a profiler range
 ``opcost.call#<k>``, so that :mod:`opcost.kineto` can cut a traced step into one host span
 per call and map each span to its op id (used by :mod:`opcost.tracing`).
 """
@@ -17,7 +18,7 @@ from torch.overrides import TorchFunctionMode, resolve_name
 
 from opcost import harness, kineto
 from opcost import spec as specs
-from opcost.extract import _METADATA, _has_tensor
+from opcost.extract import _METADATA, _composite, _has_tensor
 
 
 class _Range:
@@ -35,8 +36,10 @@ class CallAnnotator(TorchFunctionMode):
     """Annotates each op call of a network the way :mod:`opcost.extract` finds ops.
 
     ``learn()`` runs one forward pass to learn which modules are leaves (returned without
-    calling a child); while active afterwards, each leaf module call and each torch call
-    made directly in a non-leaf module's ``forward`` is wrapped in ``opcost.call#<k>``,
+    calling a child, unless a composite of no op family that made torch calls, whose
+    calls extraction records instead: :func:`opcost.extract._composite`); while active
+    afterwards, each leaf module call and each torch call made directly in a non-leaf
+    module's ``forward`` is wrapped in ``opcost.call#<k>``,
     ``k`` counting calls in the order extraction gives them positions. ``calls`` maps
     ``k`` to the op id of the op that ran there (calls extraction drops map to None).
     """
@@ -46,7 +49,7 @@ class CallAnnotator(TorchFunctionMode):
         self.net = net
         self.leaves: set[int] = set()
         self.learning = False
-        self.stack: list[list[Any]] = []  # [module, called_child, range]
+        self.stack: list[list[Any]] = []  # [module, called_child, range, made_calls]
         self.calls: dict[int, str | None] = {}
         self.counter = 0
         self._busy = False
@@ -79,12 +82,12 @@ class CallAnnotator(TorchFunctionMode):
         if self.stack:
             self.stack[-1][1] = True
         opened = None if self.learning or id(module) not in self.leaves else self._open()
-        self.stack.append([module, False, opened])
+        self.stack.append([module, False, opened, False])
 
     def _post(self, module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
-        module_, called_child, opened = self.stack.pop()
+        module_, called_child, opened, made_calls = self.stack.pop()
         if self.learning:
-            if not called_child:
+            if not called_child and not (made_calls and _composite(module_)):
                 self.leaves.add(id(module_))
             return
         if opened is None:
@@ -107,6 +110,10 @@ class CallAnnotator(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if self.learning and self.stack and not self._busy:
+            result = func(*args, **kwargs)
+            self.stack[-1][3] |= _spec_of(func, args, kwargs, result) is not None
+            return result
         if self._busy or self.learning or not self.stack or id(self.stack[-1][0]) in self.leaves:
             return func(*args, **kwargs)
         k, rng = self._open()
@@ -116,13 +123,20 @@ class CallAnnotator(TorchFunctionMode):
             self._busy = True
             rng.close()
             self._busy = False
-        name = resolve_name(func)
-        op_id = None
-        if name is not None and not _METADATA.search(name) and _has_tensor(result):
-            spec = specs.make_spec("function", name, args, kwargs, result)
-            op_id = specs.op_id(spec) if spec is not None else None
-        self.calls[k] = op_id
+        spec = _spec_of(func, args, kwargs, result)
+        self.calls[k] = specs.op_id(spec) if spec is not None else None
         return result
+
+
+def _spec_of(func: Any, args: tuple, kwargs: dict, result: Any) -> dict[str, Any] | None:
+    """The spec extraction records of the torch call ``func(*args, **kwargs)`` that
+    returned ``result`` (a write into part of a tensor: with the part it wrote as its
+    output), or None where it keeps none."""
+    written = specs.call_output(func, args, result)
+    name = resolve_name(func)
+    if name is None or _METADATA.search(name) or not _has_tensor(written):
+        return None
+    return specs.make_spec("function", name, args, kwargs, written)
 
 
 def learn_calls(workload: harness.Workload, net: torch.nn.Module) -> CallAnnotator:
