@@ -338,6 +338,53 @@ def test_a_traced_composite_and_a_write_into_part_of_a_tensor_are_extractions_ca
     assert [r["op_id"] for r in forward] == order
 
 
+SWIN_TRACES = Path(__file__).parent / "data" / "swin_breakdown" / "traces.tar.gz"
+
+
+@pytest.mark.parametrize("model", ["swin_t", "swin_v2_t"])
+def test_a_real_swin_trace_names_each_call_extraction_records(model, tmp_path):
+    """swin_t and swin_v2_t at batch 8 traced on an H200 (2026-11-30): each forward call of
+    the breakdown is the op extraction records at that position (666 and 822 calls), the
+    window attention's products and each band of its mask included; in training too, but
+    for the attention's ``F.dropout``, called with ``training=True`` where extraction
+    (in ``eval()``) records ``training=False``. What no call names is autograd's glue
+    (a parameter's ``AccumulateGrad``) and a few calls extraction drops."""
+    import tarfile
+
+    from opcost.extract import extract_model_input
+    from opcost.names import ModelInput
+
+    with tarfile.open(SWIN_TRACES) as tar:
+        tar.extractall(tmp_path, filter="data")
+    table = extract_model_input(ModelInput(model, (8, 3, 224, 224)))
+    order = extraction_order(table)
+    types = dict(zip(table["op_id"], table["type"], strict=True))
+    for mode in ("inference", "training"):
+        path = tmp_path / f"h200/default/{mode}/traces/networks/{model}_8x3x224x224.json"
+        rows = json.loads(path.read_text())["breakdown"]
+        forward = [r for r in rows if r["phase"] == "forward" and r["call"] is not None]
+        assert [r["call"] for r in forward] == list(range(len(order)))
+        named = [r["op_id"] for r in forward]
+        if mode == "inference":
+            assert named == order
+        else:
+            differ = [o for n, o in zip(named, order, strict=True) if n != o]
+            assert {types[o] for o in differ} == {"torch.nn.functional.dropout"}
+            assert len(differ) == 24  # two a block
+        unnamed = [r for r in rows if r["op_id"] is None and r["n_kernels"] > 0]
+        kernels = sum(r["n_kernels"] for r in rows)
+        assert sum(r["n_kernels"] for r in unnamed) < 0.15 * kernels
+        calls = [r for r in unnamed if r["phase"] == "forward"]
+        assert sum(r["n_kernels"] for r in calls) <= 5  # the few calls extraction drops
+        # The backward's: parameters' gradients accumulated, and the gradient through
+        # swin_v2_t's in-place zeroing of the key's part of its attention's bias.
+        assert {r["label"] for r in unnamed if r["phase"] == "backward"} <= {
+            "torch::autograd::AccumulateGrad",
+            "torch::autograd::CopySlices",
+            "AsStridedBackward0",
+        }
+
+
 # -- evaluate joins traces; validation replays the committed Hopper data -------------------
 
 HOPPER = Path(__file__).parents[1] / "data" / "hopper"
