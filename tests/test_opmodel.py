@@ -92,6 +92,31 @@ def test_ceilings_bound_every_sample(h100: pd.DataFrame, model: opmodel.OpModel)
     assert model.ceilings.matmul_flops_per_s >= model.peaks.matmul_flops_per_s
     assert model.ceilings.memory_bytes_per_s >= model.peaks.memory_bytes_per_s
     assert model.peaks.matmul_flops_per_s == pytest.approx(h100["peak_matmul_flops_per_s"].median())
+    # A layer norm's rows: the highest rate a sample achieved, which one meets exactly.
+    works = [rl.op_work(json.loads(s), m) for s, m in zip(rows["spec"], rows["mode"], strict=True)]
+    rates = np.array([w.rows for w in works]) / rows["gpu_time_s"].to_numpy()
+    assert rates.max() > 0
+    assert model.ceilings.rows_per_s == pytest.approx(rates.max())
+    assert model.peaks.rows_per_s == math.inf  # measure_peaks measures no row rate
+
+
+def test_layer_norms_have_trees_of_their_own(h100: pd.DataFrame, model) -> None:
+    """Layer norms, bounded by their rows, and the other norms, by their bytes, are learnt
+    apart: each model holds only its own op types, and each predicts its own."""
+    layer = model.families[opmodel.ROW_NORM_MODEL].schema.op_types
+    other = model.families["norm"].schema.op_types
+    assert "torch.nn.modules.normalization.LayerNorm" in layer
+    assert "torch.nn.modules.batchnorm.BatchNorm2d" in other
+    assert not set(layer) & set(other)
+    assert opmodel.model_key("norm", "torch.nn.functional.layer_norm") == opmodel.ROW_NORM_MODEL
+    assert opmodel.model_key("norm", "torch.nn.modules.batchnorm.BatchNorm2d") == "norm"
+    assert opmodel.model_key("linear", "torch.nn.modules.linear.Linear") == "linear"
+    # Power is learnt per family: the layer norms' windows are the norm family's.
+    assert opmodel.ROW_NORM_MODEL not in model.power_families
+    norms = h100[h100["family"] == "norm"].drop_duplicates("op_id").head(40)
+    p = model.predict(norms[["spec", "mode", "op_type"]], isolated=True)
+    assert (p["family"] == "norm").all()
+    assert (p["gpu_time_s"] >= p["roofline_time_s"]).all()
 
 
 def test_prediction_is_roofline_over_efficiency(h100: pd.DataFrame, model) -> None:
@@ -205,7 +230,12 @@ def test_tf32_off_borrows_only_the_families_it_lacks() -> None:
     own = _load("h100-notf32").groupby("family", group_keys=False).head(30)
     twin = _load("h100").groupby("family", group_keys=False).head(30)
     m = opmodel.fit(own, "h100-notf32", _make, twin=twin)
-    assert set(m.families) == set(own["family"]) | set(twin["family"])
+    keys = {
+        opmodel.model_key(f, t)
+        for rows in (own, twin)
+        for f, t in zip(rows["family"], rows["op_type"], strict=True)
+    }
+    assert set(m.families) == keys
     # Its own rows set the peaks: TF32 off, the matmul peak is the FP32 one (~51 TFLOP/s).
     assert (
         m.peaks.matmul_flops_per_s < 0.2 * opmodel.fit(twin, "h100", _make).peaks.matmul_flops_per_s

@@ -426,6 +426,66 @@ def test_peaks_round_trip_and_refusal() -> None:
         Peaks.from_dict({"matmul_flops_per_s": 1.0, "memory_bytes_per_s": 0.0})
 
 
+def _layer_norm(kind: str, shape: list[int], normalized: list[int]) -> dict:
+    spec = {
+        "args": [{"__tensor__": 0}],
+        "attrs": {"normalized_shape": normalized, "elementwise_affine": True, "eps": 1e-5},
+        "inputs": [{"dtype": "float32", "param": False, "shape": shape}],
+        "kind": "module",
+        "kwargs": {},
+        "outputs": [{"dtype": "float32", "shape": shape}],
+        "type": kind,
+    }
+    if kind == "torch.nn.functional.layer_norm":  # layer_norm(x, normalized_shape)
+        spec.update(kind="function", attrs={}, args=[{"__tensor__": 0}, normalized])
+    return spec
+
+
+@pytest.mark.parametrize(
+    ("kind", "shape", "normalized", "rows"),
+    [
+        # Swin's first stage: 8 x 56 x 56 tokens of 96 channels, a row each.
+        ("torch.nn.modules.normalization.LayerNorm", [8, 56, 56, 96], [96], 8 * 56 * 56),
+        # Normalised over the last two dimensions: 2 x 3 rows of 4 x 5.
+        ("torch.nn.modules.normalization.LayerNorm", [2, 3, 4, 5], [4, 5], 6),
+        ("torch.nn.functional.layer_norm", [4, 197, 768], [768], 4 * 197),
+        # ConvNeXt's LayerNorm2d normalises the channels of an NCHW map: a row a pixel.
+        ("torchvision.models.convnext.LayerNorm2d", [2, 64, 7, 7], [64], 2 * 7 * 7),
+    ],
+)
+def test_a_layer_norm_counts_its_rows_once_a_pass(kind, shape, normalized, rows) -> None:
+    spec = _layer_norm(kind, shape, normalized)
+    assert op_work(spec, "inference").rows == rows
+    assert op_work(spec, "training").rows == 2 * rows  # the forward and the backward pass
+
+
+def test_other_norms_and_families_count_no_rows() -> None:
+    assert op_work(spec_of(BATCHNORM), "training").rows == 0
+    assert op_work(spec_of(LINEAR3D), "inference").rows == 0
+
+
+def test_a_layer_norms_rows_bound_its_roofline_time_where_the_row_rate_is_known() -> None:
+    """8 x 3136 rows of 96 float32: 9.63 MB read and 9.63 MB written take 6.4 us at
+    3 TB/s, 25,088 rows at 1e9 rows/s take 25.1 us."""
+    spec = _layer_norm("torch.nn.modules.normalization.LayerNorm", [8, 3136, 96], [96])
+    text = json.dumps(spec)
+    nbytes = 2 * 8 * 3136 * 96 * 4 + 2 * 96 * 4  # input, output, weight and bias
+    bytes_s = nbytes / 3e12
+    rows = Peaks(400e12, 3e12, rows_per_s=1e9)
+    assert roofline_time_s(op_work(spec, "inference"), PEAKS) == pytest.approx(bytes_s)
+    assert roofline_time_s(op_work(spec, "inference"), rows) == pytest.approx(25088 / 1e9)
+    times = roofline_times_s([text, text], ["inference", "training"], rows)
+    assert times == pytest.approx([25088 / 1e9, 2 * 25088 / 1e9])
+    assert roofline_times_s([text], ["inference"], PEAKS)[0] == pytest.approx(bytes_s)
+
+
+def test_a_row_rate_round_trips_and_an_unknown_one_is_left_out() -> None:
+    rows = Peaks(400e12, 3e12, rows_per_s=7e8)
+    assert Peaks.from_dict(rows.to_dict()) == rows
+    assert "rows_per_s" not in PEAKS.to_dict()
+    assert Peaks.from_dict(PEAKS.to_dict()).rows_per_s == math.inf
+
+
 def test_bad_spec_and_mode_are_named() -> None:
     with pytest.raises(RooflineError, match="unknown mode"):
         op_work(spec_of(CONV3X3), "train")

@@ -40,7 +40,7 @@ import pandas as pd
 from opcost import replay as rp
 from opcost.model import PredictorError, grad_sums, leaf_grads
 from opcost.model.op_spec import family_of
-from opcost.model.opmodel import NO_KERNEL_FAMILIES, OpModel
+from opcost.model.opmodel import NO_KERNEL_FAMILIES, OpModel, model_key
 from opcost.names import MODES
 from opcost.predict import PER_OP_COLUMNS, NetworkPrediction, best_choices
 
@@ -298,7 +298,7 @@ def _extrapolation(distinct: pd.DataFrame, model: OpModel) -> pd.DataFrame:
         family = family_of(op_type)
         if family in NO_KERNEL_FAMILIES and family not in model.families:
             continue
-        fam = model.families.get(family)
+        fam = model.families.get(model_key(family, op_type)) or model.families.get(family)
         if fam is None:
             out.append((oid, op_type, UNSAMPLED_FAMILY))
         elif op_type not in fam.schema.op_types:

@@ -1,13 +1,14 @@
 """Op models learnt from the op-space study: GPU time through the roofline, host time, power.
 
-Per GPU configuration and op family (:func:`opcost.model.op_spec.family_of`), fitted on
-the sampled configurations only (:mod:`opcost.opspace`; networks are never training
-data):
+Per GPU configuration and op family (:func:`opcost.model.op_spec.family_of`; the layer
+norms apart from the other norms, :func:`model_key`), fitted on the sampled
+configurations only (:mod:`opcost.opspace`; networks are never training data):
 
 * **GPU time** over a **base time**: the roofline time
   (:func:`~opcost.model.roofline.roofline_time_s`), taken against the configuration's
   *ceilings* (the measured peak rates, :mod:`opcost.peaks`, raised to the highest rate
-  any sample achieved: a tensor that stays in the L2 cache beats the DRAM rate), plus
+  any sample achieved: a tensor that stays in the L2 cache beats the DRAM rate; and the
+  highest rate of a layer norm's rows, :mod:`opcost.model.roofline`, "Rows"), plus
   the shortest kernel the samples ran (``kernel_floor_s``, once per pass: twice in
   training) — :func:`base_time_s`. The model fits ``log(GPU time / base)``: for a large
   op the base is its roofline time, for a small one the floor every kernel costs, so
@@ -58,7 +59,7 @@ import pandas as pd
 from opcost.model import leaf_grads, op_power, peer_transfer, shapes
 from opcost.model import roofline as rl
 from opcost.model.features import FeatureSchema, build_schema, encode_features
-from opcost.model.op_spec import family_of
+from opcost.model.op_spec import family_of, reduced_name
 from opcost.model.op_tables import pooled_rows
 from opcost.model.shares import GRAPH_MIN_KERNELS, busy_share, graph_share, kernels_per_pass
 from opcost.model.trees import TreeEnsemble
@@ -141,6 +142,16 @@ class OpModel:
     leaf_overhead_ratio: float = 0.0
     backward_node_ratio: float = 0.0
 
+    def family_model(self, key: str) -> FamilyModel | None:
+        """The model of :func:`model_key` ``key``: its own, else its family's, else the
+        stand-in for a family without one (:func:`_fallback`)."""
+        family = family_of_key(key)
+        return (
+            self.families.get(key)
+            or self.families.get(family)
+            or self.families.get(_fallback(family, self.families))
+        )
+
     def predict(
         self, ops: pd.DataFrame, host_probe_s: float | None = None, *, isolated: bool = False
     ) -> pd.DataFrame:
@@ -169,10 +180,12 @@ class OpModel:
             t: np.full(len(rows), np.nan)
             for t in ("time", "kernels", "host", "fwd_gpu", "fwd_host", "fwd_k", "busy", "graph")
         }
-        families = fam.to_numpy()
-        for name in fam.unique():
-            sel = families == name
-            model = self.families.get(name) or self.families.get(_fallback(name, self.families))
+        keys = np.array(
+            [model_key(f, t) for f, t in zip(fam, rows["op_type"], strict=True)], dtype=object
+        )
+        for key in pd.unique(keys):
+            sel = keys == key
+            model = self.family_model(key)
             if model is None:
                 continue
             x = features(rows[sel], model.schema, roof[sel])
@@ -289,6 +302,26 @@ def leaf_overhead(rows: pd.DataFrame) -> tuple[float, float]:
     return max(float(backward.median()) - node_ratio, 0.0), node_ratio
 
 
+#: The key of the layer norms' own models within the norm family (:func:`model_key`).
+ROW_NORM_MODEL = "norm.rows"
+
+
+def model_key(family: str, op_type: str) -> str:
+    """The model an op of ``family`` and ``op_type`` is learnt and predicted with: its
+    family's, but layer norms (:data:`opcost.model.roofline.ROW_NORMS`) have their own
+    (:data:`ROW_NORM_MODEL`): their roofline time is bounded by their rows, the other
+    norms' by their bytes, and in shared trees each kind's ratio to its base time
+    would move the other's."""
+    if family == "norm" and reduced_name(op_type) in rl.ROW_NORMS:
+        return ROW_NORM_MODEL
+    return family
+
+
+def family_of_key(key: str) -> str:
+    """The op family of a model key (:func:`model_key`)."""
+    return key.split(".", 1)[0]
+
+
 def _fallback(family: str, families: dict[str, FamilyModel]) -> str:
     """The family whose model stands in for one without: memory-bound ops take the
     elementwise model."""
@@ -330,13 +363,20 @@ def gpu_base(table: pd.DataFrame, measured: pd.DataFrame | None = None) -> GpuBa
 
 
 def ceilings(table: pd.DataFrame, peaks: rl.Peaks) -> rl.Peaks:
-    """The measured peaks, raised to the highest FLOP and byte rate any sample achieved."""
+    """The measured peaks, raised to the highest FLOP and byte rate any sample achieved,
+    and the highest rate of a layer norm's rows (:mod:`opcost.model.roofline`, "Rows"; no
+    bound without such samples)."""
     ok = table[(table["gpu_time_s"] > 0) & table["family"].ne("view")]
     works = [rl.op_work(json.loads(s), m) for s, m in zip(ok["spec"], ok["mode"], strict=True)]
     t = ok["gpu_time_s"].to_numpy()
     flops = max((w.flops / g for w, g in zip(works, t, strict=True)), default=0.0)
     moved = max((w.bytes / g for w, g in zip(works, t, strict=True)), default=0.0)
-    return rl.Peaks(max(peaks.matmul_flops_per_s, flops), max(peaks.memory_bytes_per_s, moved))
+    rows = max((w.rows / g for w, g in zip(works, t, strict=True)), default=0.0)
+    return rl.Peaks(
+        max(peaks.matmul_flops_per_s, flops),
+        max(peaks.memory_bytes_per_s, moved),
+        rows if rows > 0 else math.inf,
+    )
 
 
 def base_time_s(roof: np.ndarray, training: np.ndarray, kernel_floor_s: float) -> np.ndarray:
@@ -497,9 +537,10 @@ def fit(
             roof[sel] = rl.roofline_times_s(list(part["spec"]), list(part["mode"]), other_ceil)
             floor[sel] = other_floor
     families = {}
-    for family, part in train.groupby("family"):
+    keys = [model_key(f, t) for f, t in zip(train["family"], train["op_type"], strict=True)]
+    for key, part in train.groupby(np.array(keys, dtype=object)):
         i = part.index.to_numpy()
-        families[str(family)] = fit_family(part, roof[i], make, floor[i], own_roof[i])
+        families[str(key)] = fit_family(part, roof[i], make, floor[i], own_roof[i])
     p_wait = op_power.wait_power_w(rows)
     overhead, node = leaf_overhead(rows)
     model = OpModel(
@@ -514,7 +555,7 @@ def fit(
         host_probe_s=float(rows["host_probe_s"].median()),
         wait_power_w=p_wait,
         families=families,
-        power_families=tuple(sorted(families)),
+        power_families=tuple(sorted({family_of_key(k) for k in families})),
         meta={
             "dtype": str(rows["dtype"].iloc[0]),
             "tf32": bool(table["tf32"].iloc[0]),

@@ -28,6 +28,15 @@ softmax 5 per element, elementwise 1 per output element (reductions ``mean``/``s
 per input element), pooling ``prod(kernel)`` per output element (adaptive: 1 per input
 element), active dropout 2 per element, cat/copy/view 0.
 
+**Rows.** A layer norm (``LayerNorm``, ``F.layer_norm``, ConvNeXt's ``LayerNorm2d``,
+RMS norms) reduces each row of its normalised size apart, a row to a group of threads:
+below a few hundred elements a row, its kernels run at a rate of rows, not of bytes
+(an H200 takes about 1.45 ns a row for 8 to 128 elements a row, where its bytes alone
+would take 0.1-0.2 ns). ``Work.rows`` counts them, once per pass (the forward, and in
+training the backward); a configuration's ceilings (:class:`Peaks`) hold the highest
+row rate its samples achieved (``rows_per_s``), and the roofline time is the largest
+of the three times.
+
 **Training** is one step of the measuring harness: the forward pass, then the backward
 pass w.r.t. every floating input (the harness makes them all require grad) and the
 module's parameters. With F, X, W, O the forward FLOPs, floating-input bytes, parameter
@@ -108,10 +117,12 @@ class RooflineError(OpcostError, ValueError):
 
 @dataclass(frozen=True)
 class Work:
-    """The work of one step of an op: FLOPs (multiply-add = 2) and DRAM bytes."""
+    """The work of one step of an op: FLOPs (multiply-add = 2), DRAM bytes and the rows a
+    layer norm reduces (once per pass; module docstring, "Rows")."""
 
     flops: float
     bytes: float
+    rows: float = 0.0
 
 
 def _einsum_flops(op: OpSpec) -> float:
@@ -360,9 +371,27 @@ def _forward_and_backward(op: OpSpec, family: str, training: bool) -> Work:
         flops = float(max(in_numel, out_numel))
     w = op.param_bytes(n_params)
     fwd = io + w + extra
+    rows = _norm_rows(op) if family == "norm" else 0.0
     if not training:
-        return Work(flops, fwd)
-    return Work(2.0 * flops, fwd + o + x + 2.0 * w + saved)
+        return Work(flops, fwd, rows)
+    return Work(2.0 * flops, fwd + o + x + 2.0 * w + saved, 2.0 * rows)
+
+
+#: Norms that reduce each row of their normalised size apart (reduced names).
+ROW_NORMS = frozenset({"layernorm", "layer_norm", "layernorm2d", "rmsnorm", "rms_norm"})
+
+
+def _norm_rows(op: OpSpec) -> float:
+    """The rows a layer norm reduces: its input's elements over its normalised size (the
+    module's ``normalized_shape``, or ``F.layer_norm``'s argument); 0 for other norms."""
+    if op.name not in ROW_NORMS:
+        return 0.0
+    if op.kind == "module":
+        shape = op.attrs.get("normalized_shape")
+    else:
+        shape = op.arg(1, "normalized_shape")
+    size = numel(int_list(shape, 1)) if shape is not None else 0
+    return float(numel(op.shape(0)) // size) if size > 0 else 0.0
 
 
 def _set_part_work(op: OpSpec, training: bool) -> Work:
@@ -424,23 +453,32 @@ def op_work(spec: dict[str, Any], mode: str, dtype: str | None = None) -> Work:
 
 @dataclass(frozen=True)
 class Peaks:
-    """A GPU's achievable rates: matrix-product FLOP/s and DRAM bytes/s."""
+    """A GPU's achievable rates: matrix-product FLOP/s, DRAM bytes/s and, where known, the
+    rows a layer norm reduces a second (``math.inf``: no bound; module docstring,
+    "Rows")."""
 
     matmul_flops_per_s: float
     memory_bytes_per_s: float
+    rows_per_s: float = math.inf
 
     def to_dict(self) -> dict[str, float]:
-        return {
+        out = {
             "matmul_flops_per_s": self.matmul_flops_per_s,
             "memory_bytes_per_s": self.memory_bytes_per_s,
         }
+        if math.isfinite(self.rows_per_s):
+            out["rows_per_s"] = self.rows_per_s
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Peaks:
-        """From :meth:`to_dict` or :func:`opcost.peaks.measure_peaks` (other keys ignored)."""
+        """From :meth:`to_dict` or :func:`opcost.peaks.measure_peaks` (other keys ignored;
+        ``rows_per_s`` optional)."""
         values = {}
-        for key in ("matmul_flops_per_s", "memory_bytes_per_s"):
+        for key in ("matmul_flops_per_s", "memory_bytes_per_s", "rows_per_s"):
             value = d.get(key)
+            if value is None and key == "rows_per_s":
+                continue
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise RooflineError(f"peaks: {key} missing or not a number; measure peaks again")
             if not (math.isfinite(value) and value > 0):
@@ -450,8 +488,13 @@ class Peaks:
 
 
 def roofline_time_s(work: Work, peaks: Peaks) -> float:
-    """The roofline time: ``max(flops / matmul rate, bytes / memory rate)``, seconds."""
-    return max(work.flops / peaks.matmul_flops_per_s, work.bytes / peaks.memory_bytes_per_s)
+    """The roofline time: ``max(flops / matmul rate, bytes / memory rate, rows / row
+    rate)``, seconds."""
+    return max(
+        work.flops / peaks.matmul_flops_per_s,
+        work.bytes / peaks.memory_bytes_per_s,
+        work.rows / peaks.rows_per_s,
+    )
 
 
 @lru_cache(maxsize=65536)
@@ -473,7 +516,14 @@ def roofline_times_s(
     works = [_cached_work(s, m, d) for s, m, d in zip(specs, modes, dts, strict=True)]
     flops = np.fromiter((w.flops for w in works), dtype=np.float64, count=len(works))
     nbytes = np.fromiter((w.bytes for w in works), dtype=np.float64, count=len(works))
-    return np.maximum(flops / peaks.matmul_flops_per_s, nbytes / peaks.memory_bytes_per_s)
+    rows = np.fromiter((w.rows for w in works), dtype=np.float64, count=len(works))
+    return np.maximum.reduce(
+        [
+            flops / peaks.matmul_flops_per_s,
+            nbytes / peaks.memory_bytes_per_s,
+            rows / peaks.rows_per_s,
+        ]
+    )
 
 
 # -- shape features ---------------------------------------------------------------------
