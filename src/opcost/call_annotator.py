@@ -14,11 +14,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch.overrides import TorchFunctionMode, resolve_name
+from torch.overrides import TorchFunctionMode
 
 from opcost import harness, kineto
 from opcost import spec as specs
-from opcost.extract import _METADATA, _composite, _has_tensor
+from opcost.extract import _composite, kept_call_name
 
 
 class _Range:
@@ -133,10 +133,8 @@ def _spec_of(func: Any, args: tuple, kwargs: dict, result: Any) -> dict[str, Any
     returned ``result`` (a write into part of a tensor: with the part it wrote as its
     output), or None where it keeps none."""
     written = specs.call_output(func, args, result)
-    name = resolve_name(func)
-    if name is None or _METADATA.search(name) or not _has_tensor(written):
-        return None
-    return specs.make_spec("function", name, args, kwargs, written)
+    name = kept_call_name(func, written)
+    return None if name is None else specs.make_spec("function", name, args, kwargs, written)
 
 
 def learn_calls(workload: harness.Workload, net: torch.nn.Module) -> CallAnnotator:

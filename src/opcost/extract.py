@@ -136,8 +136,8 @@ class _Recorder(TorchFunctionMode):
             if not any(t.requires_grad for t in outputs):
                 self.no_gradient.add(index)
         if self.functional_ops and self.stack:
-            name = resolve_name(func)
-            if name is not None and not _METADATA.search(name) and _has_tensor(written):
+            name = kept_call_name(func, written)
+            if name is not None:
                 spec = specs.make_spec("function", name, args, kwargs, written)
                 if spec is None:
                     self.skipped[name] += 1
@@ -200,6 +200,16 @@ def _with_conv_memory_format(func: Any, args: tuple, result: Any) -> Any:
         if args[0].is_contiguous(memory_format=fmt) and not args[0].is_contiguous():
             return result.contiguous(memory_format=fmt)
     return result
+
+
+def kept_call_name(func: Any, written: Any) -> str | None:
+    """The name of a torch call that wrote ``written`` (its output, or the part of a
+    tensor it wrote into: :func:`opcost.spec.call_output`), where extraction keeps the
+    call as an op; None for a call that reads metadata or writes no tensor."""
+    name = resolve_name(func)
+    if name is None or _METADATA.search(name) or not _has_tensor(written):
+        return None
+    return name
 
 
 def _has_tensor(x: Any) -> bool:
