@@ -18,7 +18,7 @@ from torch.overrides import TorchFunctionMode
 
 from opcost import harness, kineto
 from opcost import spec as specs
-from opcost.extract import _composite, kept_call_name
+from opcost.extract import is_composite, kept_call_name
 
 
 class _Range:
@@ -37,7 +37,7 @@ class CallAnnotator(TorchFunctionMode):
 
     ``learn()`` runs one forward pass to learn which modules are leaves (returned without
     calling a child, unless a composite of no op family that made torch calls, whose
-    calls extraction records instead: :func:`opcost.extract._composite`); while active
+    calls extraction records instead: :func:`opcost.extract.is_composite`); while active
     afterwards, each leaf module call and each torch call made directly in a non-leaf
     module's ``forward`` is wrapped in ``opcost.call#<k>``,
     ``k`` counting calls in the order extraction gives them positions. ``calls`` maps
@@ -87,7 +87,7 @@ class CallAnnotator(TorchFunctionMode):
     def _post(self, module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
         module_, called_child, opened, made_calls = self.stack.pop()
         if self.learning:
-            if not called_child and not (made_calls and _composite(module_)):
+            if not called_child and not (made_calls and is_composite(module_)):
                 self.leaves.add(id(module_))
             return
         if opened is None:

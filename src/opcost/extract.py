@@ -105,7 +105,7 @@ class _Recorder(TorchFunctionMode):
         if self.produced is not None and not any(t.requires_grad for t in specs.tensors_in(output)):
             self.no_gradient.add(frame.index)
         cls = type(module)
-        if frame.called_child or (frame.pending and _composite(module)):
+        if frame.called_child or (frame.pending and is_composite(module)):
             self.found.extend(frame.pending)
             return
         spec = specs.make_spec(
@@ -159,7 +159,7 @@ def function_spec(fn: Any, args: tuple, kwargs: dict[str, Any]) -> dict[str, Any
     return pending[0][1] if len(pending) == 1 else None
 
 
-def _composite(module: torch.nn.Module) -> bool:
+def is_composite(module: torch.nn.Module) -> bool:
     """Whether a module that called none of its children is the calls it made rather than
     an operation: it owns child modules (it computes with their parameters without calling
     them) and its type is of no op family (:func:`opcost.model.op_spec.family_of`), as
