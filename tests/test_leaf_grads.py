@@ -122,12 +122,12 @@ def test_a_network_call_runs_no_gradient_copy_an_isolated_one_does():
     ops = pd.DataFrame({"spec": [add, add], "mode": ["training", "inference"]})
     alone = m.predict(ops, isolated=True)
     in_net = m.predict(ops)
-    copy_s = leaf_grads.copy_time_s(
-        2, 2 * 64 * 256 * 56 * 56 * 4, m.peaks.memory_bytes_per_s, m.kernel_floor_s
-    )
     train = alone.index[0]
-    expected = max(alone.loc[train, "gpu_time_s"] - copy_s, alone.loc[train, "forward_gpu_time_s"])
-    assert in_net.loc[train, "gpu_time_s"] == pytest.approx(expected)
+    # Its isolated backward pass is its two copies: in a network it runs no kernel, and
+    # the call takes its forward pass's time.
+    backward_k = alone.loc[train, "n_kernels"] - alone.loc[train, "forward_n_kernels"]
+    assert backward_k == pytest.approx(2, abs=0.5)
+    assert in_net.loc[train, "gpu_time_s"] == alone.loc[train, "forward_gpu_time_s"]
     assert in_net.loc[train, "gpu_time_s"] < alone.loc[train, "gpu_time_s"]
     assert in_net.loc[train, "n_kernels"] == pytest.approx(
         max(alone.loc[train, "n_kernels"] - 2, alone.loc[train, "forward_n_kernels"])
@@ -138,3 +138,42 @@ def test_a_network_call_runs_no_gradient_copy_an_isolated_one_does():
         ops.assign(leaf_grad_copies=[2, 2], leaf_grad_copy_bytes=[2 * 64 * 256 * 56 * 56 * 4] * 2)
     )
     assert carried.loc[train, "gpu_time_s"] == pytest.approx(in_net.loc[train, "gpu_time_s"])
+
+
+def test_a_broadcast_add_keeps_the_reduction_its_backward_computes():
+    # Adding a 1x8x64x64 bias to 64x8x64x64 scores: the full input's gradient is the
+    # output's, copied alone; the bias's is a sum over the batch, a kernel a network runs
+    # too. Its backward keeps that kernel and all but the copy's time.
+    round_1 = sorted(glob.glob(str(DATA / "h200" / "[0-9]*.parquet")))
+    table = pd.concat([pd.read_parquet(f) for f in round_1])
+    rows = table[table["family"].isin(["elementwise"])].reset_index(drop=True)
+    make = lambda: make_regressor(TrainConfig(regressor="extra_trees", n_estimators=10), n_jobs=1)  # noqa: E731
+    m = opmodel.fit(rows, "h200", make)
+    add = _function("torch.add", [[64, 8, 64, 64], [1, 8, 64, 64]])
+    assert leaf_grads.copied_leaves(add) == (1, 64 * 8 * 64 * 64 * 4)
+    ops = pd.DataFrame({"spec": [add], "mode": ["training"]})
+    alone, in_net = m.predict(ops, isolated=True).iloc[0], m.predict(ops).iloc[0]
+    assert alone["n_kernels"] - alone["forward_n_kernels"] == pytest.approx(2, abs=0.5)
+    copy_s = leaf_grads.copy_time_s(
+        1, 64 * 8 * 64 * 64 * 4, m.peaks.memory_bytes_per_s, m.kernel_floor_s
+    )
+    expected = max(alone["gpu_time_s"] - copy_s, alone["forward_gpu_time_s"])
+    assert in_net["gpu_time_s"] == pytest.approx(expected)
+    assert in_net["gpu_time_s"] > alone["forward_gpu_time_s"]
+    assert in_net["n_kernels"] == pytest.approx(alone["n_kernels"] - 1)
+
+
+def test_a_residual_add_runs_no_backward_kernel_in_a_real_network():
+    # What the rule above rests on, in a real trace (resnet34 at 8x3x224x224 in training,
+    # H200, tests/data/unseen_networks): each residual add's backward node hands the
+    # gradient on and runs no kernel, while the isolated samples' ran two copies.
+    import tarfile
+
+    name = "h200/default/training/traces/networks/resnet34_8x3x224x224.json"
+    archive = Path(__file__).resolve().parent / "data" / "unseen_networks" / "traces.tar.gz"
+    with tarfile.open(archive) as tar:
+        record = json.load(tar.extractfile(name))
+    rows = pd.DataFrame(record["breakdown"])
+    adds = rows[rows["label"].str.startswith("AddBackward0")]
+    assert len(adds) == 16  # resnet34's 3 + 4 + 6 + 3 blocks
+    assert (adds["n_kernels"] == 0).all()
