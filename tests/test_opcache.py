@@ -19,7 +19,7 @@ import pytest
 from opcost import opcache
 from opcost.cli import main
 from opcost.extract import extract_model_input, with_gradient_sums
-from opcost.model import leaf_grads
+from opcost.model import inplace_saves, leaf_grads
 from opcost.names import ModelInput
 
 TESTS = Path(__file__).parent
@@ -66,10 +66,11 @@ def test_a_repeat_reads_the_cache_and_imports_neither_torch_nor_torchvision(
     cache = tmp_path / "cache"
     fresh = extract_csv(capsys, cache)  # extracts (torch is imported in this process)
     table = pd.read_parquet(entry(cache))
-    # The op table, its calls' gradient sums in the network, and the gradient copies of
-    # each op measured alone (by autograd).
+    # The op table, its calls' gradient sums in the network, the gradient copies of each
+    # op measured alone and the clones of in-place ops in a training step (by autograd).
     mi = ModelInput("squeezenet1_1", SHAPE)
     by_hand = leaf_grads.with_copies(with_gradient_sums(extract_model_input(mi), mi))
+    by_hand = inplace_saves.with_saves(by_hand)
     assert (by_hand["grad_sum_adds"] > 0).any()  # each fire's squeeze, taken twice
     pd.testing.assert_frame_equal(table, by_hand)
     assert extract_csv(capsys, cache) == fresh
@@ -150,13 +151,17 @@ def test_an_unwritable_cache_costs_a_warning_not_the_answer(capsys, tmp_path):
 
 def test_op_models_predict_training_from_a_cached_entry_without_torch(capsys, tmp_path, op_models):
     """Op models take off the gradient copies of an isolated op in training
-    (opcost.model.leaf_grads), which takes torch to find: the cache keeps them, so a
+    (opcost.model.leaf_grads) and add the clones of in-place ops
+    (opcost.model.inplace_saves), which take torch to find: the cache keeps them, so a
     repeat still imports neither torch nor torchvision, and predicts as a fresh run."""
     cache = tmp_path / "cache"
-    net = ["--model", "squeezenet1_1", "--input", "2,3,32,32"]  # batch 2: cat's slices copy
+    # Residual adds copy their gradients alone; in-place ReLU6s clone their input.
+    net = ["--model", "mobilenet_v2", "--input", "2,3,32,32"]
     assert main(["extract", *net, "--cache-dir", str(cache)]) == 0
     capsys.readouterr()
-    assert (pd.read_parquet(entry(cache))["leaf_grad_copies"] > 0).any()
+    cached_table = pd.read_parquet(entry(cache))
+    assert (cached_table["leaf_grad_copies"] > 0).any()
+    assert (cached_table["inplace_save_copies"] > 0).any()
     cached = predict_without_torch(
         [*net, "--cache-dir", str(cache), "--op-models", str(op_models), "--mode", "training"]
     )

@@ -12,9 +12,10 @@ Only torchvision model names are cached: a ``package.module:factory`` is the use
 which can change under the same name and version, so it is extracted every time.
 
 An entry holds the op table and, per op, the gradient sums its calls run in a training
-step of the network (:mod:`opcost.model.grad_sums`) and the copies of gradients it runs
-when measured alone in training (:mod:`opcost.model.leaf_grads`), which take torch to
-find. It is used only if it is a readable table with those columns
+step of the network (:mod:`opcost.model.grad_sums`), the copies of gradients it runs
+when measured alone in training (:mod:`opcost.model.leaf_grads`) and the clone of its
+input it makes in place in a training step (:mod:`opcost.model.inplace_saves`), which
+take torch to find. It is used only if it is a readable table with those columns
 (:data:`CACHED_COLUMNS`), for the
 requested model-input set, with every ``op_id`` the hash of its spec and positive counts;
 any other entry (a cut-off write, bytes changed on disk) is ignored, extracted again and
@@ -34,15 +35,16 @@ import pandas as pd
 
 from opcost import __version__
 from opcost.io import write_parquet_atomic
-from opcost.model import grad_sums, leaf_grads
+from opcost.model import grad_sums, inplace_saves, leaf_grads
 from opcost.names import SPEC_VERSION, ModelInput, model_input_name
 from opcost.schemas import OPS
 
 #: Columns of a cached entry: the op table's, its calls' gradient sums in the network
-#: (:data:`opcost.model.grad_sums.COLUMNS`) and the copies of gradients an op measured
-#: alone runs in training (:data:`opcost.model.leaf_grads.COLUMNS`), which predicting from
-#: the op models needs and which take torch to find.
-CACHED_COLUMNS = (*OPS.names, *grad_sums.COLUMNS, *leaf_grads.COLUMNS)
+#: (:data:`opcost.model.grad_sums.COLUMNS`), the copies of gradients an op measured
+#: alone runs in training (:data:`opcost.model.leaf_grads.COLUMNS`) and the clones an
+#: in-place op makes in a network's training step (:data:`opcost.model.inplace_saves.
+#: COLUMNS`), which predicting from the op models needs and which take torch to find.
+CACHED_COLUMNS = (*OPS.names, *grad_sums.COLUMNS, *leaf_grads.COLUMNS, *inplace_saves.COLUMNS)
 #: Environment variable naming the cache's directory (overrides the default).
 CACHE_ENV = "OPCOST_CACHE_DIR"
 
@@ -121,14 +123,15 @@ def extract_cached(
     """The op table of ``model`` at ``shape`` with its gradient sums: from the cache in
     ``directory`` if it holds a usable entry, else ``extract()`` and the sums
     (:func:`opcost.extract.with_gradient_sums`), which are then stored with the leaf
-    gradients' copies. ``directory`` None: no cache."""
+    gradients' copies and the in-place ops' clones. ``directory`` None: no cache."""
     path = entry_path(directory, model, shape, functional_ops) if directory else None
     if path is None:
         return _with_sums(extract(), model, shape, functional_ops)
     table = load(path, model_input_name(model, shape))
     if table is not None:
         return table
-    table = leaf_grads.with_copies(_with_sums(extract(), model, shape, functional_ops))
+    table = _with_sums(extract(), model, shape, functional_ops)
+    table = inplace_saves.with_saves(leaf_grads.with_copies(table))
     try:
         write_parquet_atomic(table, path)
     except OSError as e:

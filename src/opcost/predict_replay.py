@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from opcost import replay as rp
-from opcost.model import PredictorError, grad_sums, leaf_grads
+from opcost.model import PredictorError, grad_sums, inplace_saves, leaf_grads
 from opcost.model.op_spec import family_of
 from opcost.model.opmodel import NO_KERNEL_FAMILIES, OpModel, model_key
 from opcost.names import MODES
@@ -189,7 +189,8 @@ def replay_networks(
             ops[column] = ops[column].astype(str).astype(object)
     tables = {str(n): g for n, g in ops.groupby("model_input", sort=False)}
     sequences = {n: call_sequence(g) for n, g in tables.items()}
-    carried = [c for c in leaf_grads.COLUMNS if c in ops]  # the op cache's: no torch needed
+    # The op cache's columns: predicting from them needs no torch.
+    carried = [c for c in (*leaf_grads.COLUMNS, *inplace_saves.COLUMNS) if c in ops]
     distinct = ops.drop_duplicates("op_id")[["op_id", "spec", *carried]].reset_index(drop=True)
     distinct["op_type"] = [json.loads(s)["type"] for s in distinct["spec"]]
     rows, op_rows, flagged = [], [], []

@@ -108,18 +108,28 @@ COLUMNS = ("leaf_grad_copies", "leaf_grad_copy_bytes")
 
 def with_copies(table: Any) -> Any:
     """``table`` (a frame with ``spec``) with :data:`COLUMNS` of each row's op."""
-    copies, nbytes = copies_of(table[["spec"]])
-    return table.assign(
-        leaf_grad_copies=copies.astype("int64"), leaf_grad_copy_bytes=nbytes.astype("int64")
-    )
+    return with_columns(table, COLUMNS, copied_leaves)
 
 
 def copies_of(rows: Any) -> tuple[Any, Any]:
     """``(copies, bytes)`` arrays for the rows of a frame with ``spec``: its
     :data:`COLUMNS` where it has them, else :func:`copied_leaves` of each spec."""
+    return columns_of(rows, COLUMNS, copied_leaves)
+
+
+def with_columns(table: Any, columns: tuple[str, str], find: Any) -> Any:
+    """``table`` (a frame with ``spec``) with ``columns``: ``find(spec)``'s ``(copies,
+    bytes)`` of each row's op, as integers."""
+    copies, nbytes = columns_of(table[["spec"]], columns, find)
+    return table.assign(**{columns[0]: copies.astype("int64"), columns[1]: nbytes.astype("int64")})
+
+
+def columns_of(rows: Any, columns: tuple[str, str], find: Any) -> tuple[Any, Any]:
+    """``(copies, bytes)`` arrays for the rows of a frame with ``spec``: its ``columns``
+    where it has them, else ``find(spec)`` of each row."""
     import numpy as np
 
-    if all(c in rows for c in COLUMNS):
-        return (rows[COLUMNS[0]].to_numpy(dtype=float), rows[COLUMNS[1]].to_numpy(dtype=float))
-    found = np.array([copied_leaves(str(s)) for s in rows["spec"]], dtype=float).reshape(-1, 2)
+    if all(c in rows for c in columns):
+        return (rows[columns[0]].to_numpy(dtype=float), rows[columns[1]].to_numpy(dtype=float))
+    found = np.array([find(str(s)) for s in rows["spec"]], dtype=float).reshape(-1, 2)
     return found[:, 0], found[:, 1]

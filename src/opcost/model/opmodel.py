@@ -56,7 +56,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
-from opcost.model import leaf_grads, op_power, peer_transfer, shapes
+from opcost.model import inplace_saves, leaf_grads, op_power, peer_transfer, shapes
 from opcost.model import roofline as rl
 from opcost.model.features import FeatureSchema, build_schema, encode_features
 from opcost.model.op_spec import family_of, reduced_name
@@ -164,9 +164,9 @@ class OpModel:
         one measured with the training data). In
         training, host times, GPU times and kernels are those of a call in a network (the
         leaf inputs' gradient accumulation and the copies of their gradients taken off,
-        :mod:`opcost.model.leaf_grads`; ``ops`` may carry the copies in its
-        ``leaf_grad_copies`` and ``leaf_grad_copy_bytes``), or with ``isolated`` of the op
-        measured alone."""
+        :mod:`opcost.model.leaf_grads`, and the clone autograd makes of an in-place op's
+        input added, :mod:`opcost.model.inplace_saves`; ``ops`` may carry both in their
+        modules' ``COLUMNS``), or with ``isolated`` of the op measured alone."""
         probe = host_probe_s or self.host_probe_s
         rows = _with_conditions(ops, self.meta)
         roof = rl.roofline_times_s(list(rows["spec"]), list(rows["mode"]), self.ceilings)
@@ -231,6 +231,7 @@ class OpModel:
         out["busy_power_w"] = self._busy_power(out, rows)
         if not isolated and training.any():
             self._without_leaf_copies(out, rows, training, busy)
+            self._with_inplace_saves(out, rows, training, busy)
         graph = np.exp(np.minimum(np.nan_to_num(targets["graph"], nan=0.0), 0.0))
         graph = np.where(
             kernels_per_pass(out.assign(mode=rows["mode"])) > GRAPH_MIN_KERNELS, graph, 1.0
@@ -266,6 +267,33 @@ class OpModel:
         out["gpu_time_s"] = gpu
         out["n_kernels"] = kernels
         out["gpu_busy_time_s"] = gpu * busy
+
+    def _with_inplace_saves(
+        self, out: pd.DataFrame, rows: pd.DataFrame, training: np.ndarray, busy: np.ndarray
+    ) -> None:
+        """Add to the training rows of ``out`` the clones of their input that autograd
+        makes before an in-place op overwrites it in a network, which the samples'
+        out-of-place form did not run (:mod:`opcost.model.inplace_saves`): a copy kernel
+        each in the forward pass, at the GPU's measured memory rate."""
+        copies, nbytes = inplace_saves.saves_of(rows[training])
+        if not copies.any():
+            return
+        copy_s = leaf_grads.copy_time_s(
+            copies, nbytes, self.peaks.memory_bytes_per_s, self.kernel_floor_s
+        )
+        sel = np.flatnonzero(training)
+        gpu = out["gpu_time_s"].to_numpy(dtype=float).copy()
+        ran = gpu[sel] > 0
+        for total, forward, add in (
+            ("gpu_time_s", "forward_gpu_time_s", copy_s),
+            ("n_kernels", "forward_n_kernels", copies),
+        ):
+            for col in (total, forward):
+                values = out[col].to_numpy(dtype=float).copy()
+                values[sel] = np.where(ran, values[sel] + add, values[sel])
+                out[col] = values
+        out["gpu_busy_time_s"] = out["gpu_time_s"] * busy
+        out["forward_gpu_busy_time_s"] = out["forward_gpu_time_s"] * busy
 
     def _busy_power(self, out: pd.DataFrame, rows: pd.DataFrame) -> np.ndarray:
         if self.power_fit is None:
