@@ -69,8 +69,7 @@ def op_model_predictions(op_models: Path) -> pd.DataFrame:
 
     tables = []
     for path in op_tables():  # each a network's, named model_batchxcxhxw
-        model, dims = path.stem.rsplit("_", 1)
-        mi = ModelInput(model, tuple(int(d) for d in dims.split("x")))
+        mi = ModelInput.from_name(path.stem)
         tables.append(with_gradient_sums(extract_model_input(mi), mi))
     ops = pd.concat(tables, ignore_index=True)
     result = replay_networks(load_op_models(op_models), ops)

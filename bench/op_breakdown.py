@@ -52,21 +52,24 @@ def traced_calls(record: dict) -> pd.DataFrame:
     return rows.assign(op_id=charged, glue=op.isna())
 
 
-def predicted_calls(table: pd.DataFrame, model, mode: str, host_probe_s: float) -> pd.DataFrame:
-    """Per replayed entry of one step: ``op_id``, ``phase``, ``gpu`` busy seconds and
-    ``n`` kernels, as :func:`opcost.predict_replay.replay_networks` replays them; the
-    gradient sums as their own entries (``op_id`` :data:`GRAD_SUMS`)."""
+def predicted_calls(
+    table: pd.DataFrame, sequence: list[str], model, mode: str, host_probe_s: float
+) -> pd.DataFrame:
+    """Per replayed entry of one step of the network of ``table`` whose calls are
+    ``sequence`` (:func:`opcost.predict_replay.call_sequence`): ``op_id``, ``phase``,
+    ``gpu`` busy seconds and ``n`` kernels, as :func:`opcost.predict_replay.replay_networks`
+    replays them; the gradient sums as their own entries (``op_id`` :data:`GRAD_SUMS`)."""
     distinct = table.drop_duplicates("op_id")[["op_id", "spec"]].reset_index(drop=True)
     distinct["op_type"] = [json.loads(s)["type"] for s in distinct["spec"]]
     pred = model.predict(distinct.assign(mode=mode), host_probe_s=host_probe_s)
     pred.index = distinct["op_id"].to_numpy()
     training = mode == "training"
     extra = gradient_sum_entries(table, model, host_probe_s) if training else None
-    steps = step_entries(call_sequence(table), pred, training, None if extra is None else
+    steps = step_entries(sequence, pred, training, None if extra is None else
                          extra.assign(host=0.0, gpu=0.0, n=0.0, graph=0.0))  # fmt: skip
     out = steps.assign(gpu=steps["graph"])[["op_id", "phase", "gpu", "n"]]
     if extra is not None:
-        calls = pd.Series(call_sequence(table)).value_counts()
+        calls = pd.Series(sequence).value_counts()
         sums = extra.assign(calls=extra.index.map(calls).fillna(0))
         out = pd.concat(
             [out, pd.DataFrame({"op_id": [GRAD_SUMS], "phase": ["backward"],
@@ -81,18 +84,20 @@ def compare(record: dict, models: dict) -> pd.DataFrame:
     """Per op type of one traced network: calls, predicted and traced GPU busy time (µs)
     and kernels."""
     name = record["model_input"]
-    model, dims = name.rsplit("_", 1)
-    mi = ModelInput(model, tuple(int(d) for d in dims.split("x")))
+    mi = ModelInput.from_name(name)
     table = with_gradient_sums(extract_model_input(mi), mi)
     types = dict(zip(table["op_id"], [json.loads(s)["type"] for s in table["spec"]], strict=True))
     types[GRAD_SUMS] = GRAD_SUMS
-    pred = predicted_calls(table, models[record["gpu"]], record["mode"], record["host_probe_s"])
+    sequence = call_sequence(table)
+    pred = predicted_calls(
+        table, sequence, models[record["gpu"]], record["mode"], record["host_probe_s"]
+    )
     traced = traced_calls(record)
     busy = "gpu_busy_s" if "gpu_busy_s" in traced else "gpu_s"
     traced["type"] = traced["op_id"].map(types).fillna(NOT_EXTRACTED)
     traced.loc[traced["op_id"].isna(), "type"] = GLUE
     pred["type"] = pred["op_id"].map(types)
-    calls = pd.Series(call_sequence(table)).map(types).value_counts()
+    calls = pd.Series(sequence).map(types).value_counts()
     out = pd.DataFrame(
         {
             "calls": calls,

@@ -63,8 +63,7 @@ def op_tables(model_inputs: list[str]) -> dict[str, pd.DataFrame]:
     """Each network's op table (``opcost extract``), extracted once, by its name."""
     tables = {}
     for name in model_inputs:
-        model, dims = name.rsplit("_", 1)
-        mi = ModelInput(model, tuple(int(d) for d in dims.split("x")))
+        mi = ModelInput.from_name(name)
         tables[name] = with_gradient_sums(extract_model_input(mi), mi).assign(model_input=name)
     return tables
 

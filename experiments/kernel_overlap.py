@@ -56,8 +56,7 @@ def main() -> None:
     names = sys.argv[2:] or ["regnet_x_400mf_8x3x224x224", "resnet18_8x3x224x224"]
     results = []
     for name in names:
-        model, shape = name.rsplit("_", 1)
-        mi = ModelInput(model, tuple(int(x) for x in shape.split("x")))
+        mi = ModelInput.from_name(name)
         for tf32 in (True, False):
             for mode in ("inference", "training"):
                 opts = harness.HarnessOptions(mode=mode, device="cuda", tf32=tf32)

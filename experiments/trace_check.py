@@ -53,18 +53,17 @@ def main() -> None:
     print(facts, flush=True)
     records = {"facts": facts, "networks": {}, "ops": {}}
     for name in names:
-        model, shape = name.rsplit("_", 1)
-        mi = ModelInput(model, tuple(int(d) for d in shape.split("x")))
+        mi = ModelInput.from_name(name)
         table = extract_model_input(mi)
         seq = sorted((int(p), r.op_id) for r in table.itertuples() for p in r.positions.split(","))
         spec_of = dict(zip(table.op_id, table.spec, strict=False))
         for mode in ("inference", "training"):
             opts = harness.HarnessOptions(mode=mode, device="cuda")
             t0 = time.time()
-            net = build_model(model)
+            net = build_model(mi.model)
             wl = harness.prepare_network(net, mi.shape, opts)
             ann = tracing.learn_calls(wl, net)
-            keep = out / f"{name}.{mode}.trace.json.gz" if model == "squeezenet1_1" else None
+            keep = out / f"{name}.{mode}.trace.json.gz" if mi.model == "squeezenet1_1" else None
             rec = tracing.trace_workload(wl, opts, ann, keep_trace=keep)
             rec.update(facts)
             del wl, net

@@ -128,3 +128,21 @@ class ModelInput:
     @property
     def name(self) -> str:
         return model_input_name(self.model, self.shape)
+
+    @classmethod
+    def from_name(cls, name: str) -> ModelInput:
+        """The torchvision model-input set a name such as ``resnet18_32x3x224x224``
+        names (:func:`model_input_name`'s inverse for a model named without ``:``).
+
+        Raises:
+            NameError_: ``name`` is no model name, ``_`` and a shape of positive
+                integers joined by ``x``.
+        """
+        model, _, dims = name.rpartition("_")
+        try:
+            shape = tuple(int(d) for d in dims.split("x"))
+        except ValueError:
+            shape = ()
+        if not model or not shape or min(shape) < 1:
+            raise NameError_(f"{name!r} names no model-input set (e.g. resnet18_32x3x224x224)")
+        return cls(check_name(model, f"model of {name!r}"), shape)
