@@ -63,10 +63,8 @@ def saved_copies(spec: str) -> tuple[int, int]:
         return counted.copies, counted.nbytes
 
     try:
-        (in_place, in_place_bytes), (out_of_place, out_of_place_bytes) = (
-            clones(True),
-            clones(False),
-        )
+        in_place, in_place_bytes = clones(True)
+        out_of_place, out_of_place_bytes = clones(False)
     except (NotImplementedError, RuntimeError, TypeError, ValueError, specs.SpecError):
         return 0, 0
     if in_place <= out_of_place:

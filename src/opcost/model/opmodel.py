@@ -282,16 +282,13 @@ class OpModel:
             copies, nbytes, self.peaks.memory_bytes_per_s, self.kernel_floor_s
         )
         sel = np.flatnonzero(training)
-        gpu = out["gpu_time_s"].to_numpy(dtype=float).copy()
-        ran = gpu[sel] > 0
-        for total, forward, add in (
-            ("gpu_time_s", "forward_gpu_time_s", copy_s),
-            ("n_kernels", "forward_n_kernels", copies),
-        ):
-            for col in (total, forward):
-                values = out[col].to_numpy(dtype=float).copy()
-                values[sel] = np.where(ran, values[sel] + add, values[sel])
-                out[col] = values
+        ran = out["gpu_time_s"].to_numpy()[sel] > 0
+        added = {"gpu_time_s": copy_s, "forward_gpu_time_s": copy_s,
+                 "n_kernels": copies, "forward_n_kernels": copies}  # fmt: skip
+        for col, add in added.items():
+            values = out[col].to_numpy(dtype=float).copy()
+            values[sel] += np.where(ran, add, 0.0)
+            out[col] = values
         out["gpu_busy_time_s"] = out["gpu_time_s"] * busy
         out["forward_gpu_busy_time_s"] = out["forward_gpu_time_s"] * busy
 
