@@ -38,7 +38,7 @@ import pandas as pd
 from sklearn.model_selection import GroupKFold
 
 from opcost.config import schema_defaults
-from opcost.model import opmodel
+from opcost.model import base_time, opmodel
 from opcost.model import roofline as rl
 from opcost.model.features import build_schema
 from opcost.model.op_tables import training_rows
@@ -51,16 +51,16 @@ import unseen_networks as un  # noqa: E402
 FOLDS = 5
 
 
-def _load(gpu: str, family: str) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, opmodel.GpuBase]:
+def _load(gpu: str, family: str) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, base_time.GpuBase]:
     """The family's usable samples, their roofline times and base times, and the GPU's
     base-time constants from all its samples."""
     table = training_rows(om.load(gpu))
     table = table[table["gpu_time_s"] > 0]
-    base_of = opmodel.gpu_base(table)
+    base_of = base_time.gpu_base(table)
     rows = table[table["family"] == family].reset_index(drop=True)
     roof = rl.roofline_times_s(list(rows["spec"]), list(rows["mode"]), base_of.ceilings)
     training = (rows["mode"] == "training").to_numpy()
-    return rows, roof, opmodel.base_time_s(roof, training, base_of.kernel_floor_s), base_of
+    return rows, roof, base_time.base_time_s(roof, training, base_of.kernel_floor_s), base_of
 
 
 def _maker(seed: int):
@@ -148,7 +148,7 @@ def network_scores(gpu: str, calls: pd.DataFrame, seed: int) -> pd.DataFrame:
     ops = opmodel._with_conditions(net[["spec", "mode", "op_type"]], {"tf32": "notf32" not in gpu})
     net_roof = rl.roofline_times_s(list(ops["spec"]), list(ops["mode"]), base_of.ceilings)
     training = (ops["mode"] == "training").to_numpy()
-    net_base = opmodel.base_time_s(net_roof, training, base_of.kernel_floor_s)
+    net_base = base_time.base_time_s(net_roof, training, base_of.kernel_floor_s)
     net_x = opmodel.features(ops, schema, net_roof)
     shape = make().fit(xs, y).predict(net_x)
     with_k = make().fit(xs.assign(kernels=np.log1p(rows["n_kernels"].to_numpy(float))), y)

@@ -48,7 +48,7 @@ def score(path: Path) -> None:
     import numpy as np
     from sklearn.ensemble import ExtraTreesClassifier, ExtraTreesRegressor
 
-    from opcost.model import op_tables, opmodel
+    from opcost.model import base_time, op_tables, opmodel
     from opcost.model import roofline as rl
     from opcost.model.features import build_schema
 
@@ -61,11 +61,11 @@ def score(path: Path) -> None:
         float(table["peak_memory_bytes_per_s"].median()),
     )
     roof = rl.roofline_times_s(
-        list(rows["spec"]), list(rows["mode"]), opmodel.ceilings(table, peaks)
+        list(rows["spec"]), list(rows["mode"]), base_time.ceilings(table, peaks)
     )
     x = opmodel.features(rows, build_schema(rows["op_type"]), roof)
     training = rows["mode"].to_numpy() == "training"
-    base = opmodel.base_time_s(roof, training, opmodel.shortest_kernel_s(table))
+    base = base_time.base_time_s(roof, training, base_time.shortest_kernel_s(table))
     measured = rows["gpu_time_s"].to_numpy()
     ran = np.array([fft.loc[o, m] for o, m in zip(rows["op_id"], rows["mode"], strict=True)])
     ids = np.array(sorted(rows["op_id"].unique()))

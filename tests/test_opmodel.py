@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from opcost.config import schema_defaults
-from opcost.model import op_power, op_scores, op_tables, opmodel, shapes, shares
+from opcost.model import base_time, op_power, op_scores, op_tables, opmodel, shapes, shares
 from opcost.model import roofline as rl
 from opcost.train import TrainConfig, make_regressor
 from opcost.validate.replay import WAIT_SHARE, busy_power_w, waiting_power_w
@@ -189,7 +189,7 @@ def test_kernel_floor_is_the_samples_shortest_kernel(h100: pd.DataFrame, model) 
 
 def test_base_time_is_roofline_plus_one_floor_per_pass() -> None:
     roof = np.array([0.0, 2e-6, 1e-3])
-    base = opmodel.base_time_s(roof, np.array([False, True, False]), 1.5e-6)
+    base = base_time.base_time_s(roof, np.array([False, True, False]), 1.5e-6)
     np.testing.assert_allclose(base, [1.5e-6, 2e-6 + 3e-6, 1e-3 + 1.5e-6], rtol=1e-12)
 
 

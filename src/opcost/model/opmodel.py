@@ -4,19 +4,15 @@ Per GPU configuration and op family (:func:`opcost.model.op_spec.family_of`; the
 norms apart from the other norms, :func:`model_key`), fitted on the sampled
 configurations only (:mod:`opcost.opspace`; networks are never training data):
 
-* **GPU time** over a **base time**: the roofline time
-  (:func:`~opcost.model.roofline.roofline_time_s`), taken against the configuration's
-  *ceilings* (the measured peak rates, :mod:`opcost.peaks`, raised to the highest rate
-  any sample achieved: a tensor that stays in the L2 cache beats the DRAM rate; and the
-  highest rate of a layer norm's rows, :mod:`opcost.model.roofline`, "Rows"), plus
-  the shortest kernel the samples ran (``kernel_floor_s``, once per pass: twice in
-  training) — :func:`base_time_s`. The model fits ``log(GPU time / base)``: for a large
-  op the base is its roofline time, for a small one the floor every kernel costs, so
-  the trees learn a ratio near 1 and smooth over the space instead of an efficiency
-  that spans three decades. A tree's prediction is an average of training values, so
-  an op heavier than any sample is predicted in proportion to its work. GPU time = base
-  × ratio, never below the roofline time: the **efficiency** ``roofline time / GPU
-  time`` stays in (0, 1];
+* **GPU time** over a **base time** (:mod:`opcost.model.base_time`): the roofline time
+  against the configuration's ceilings plus the shortest kernel the samples ran, once
+  per pass. The model fits ``log(GPU time / base)``: for a large op the base is its
+  roofline time, for a small one the floor every kernel costs, so the trees learn a
+  ratio near 1 and smooth over the space instead of an efficiency that spans three
+  decades. A tree's prediction is an average of training values, so an op heavier than
+  any sample is predicted in proportion to its work. GPU time = base × ratio, never
+  below the roofline time: the **efficiency** ``roofline time / GPU time`` stays in
+  (0, 1];
 * **kernels** per call (``log1p``), and in training the forward pass's share of the GPU
   time, host time and kernels (a replay issues the forward, then the backward);
 * the **busy share**: the time the device is busy with a call's kernels (the union of
@@ -51,13 +47,14 @@ import json
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from opcost.model import inplace_saves, leaf_grads, op_power, peer_transfer, shapes
 from opcost.model import roofline as rl
+from opcost.model.base_time import base_time_s, gpu_base
 from opcost.model.features import FeatureSchema, build_schema, encode_features
 from opcost.model.op_spec import family_of, reduced_name
 from opcost.model.op_tables import pooled_rows
@@ -78,9 +75,6 @@ MAIN_TARGETS = ("time",)
 #: The least samples timed from a graph a family learns its graph share from (a tree's
 #: prediction is an average of its samples: a few would set every op's share).
 MIN_GRAPH_WINDOWS = 20
-#: The percentile of the samples' time per kernel taken as the shortest kernel a call
-#: costs (``OpModel.kernel_floor_s``): the 1st, which one stray fast sample cannot move.
-KERNEL_FLOOR_PERCENTILE = 1.0
 AUXILIARY_TREES_DIVISOR = 4
 AUXILIARY_MIN_TREES = 6
 #: The feature column of a family model that holds the log of the roofline time.
@@ -133,8 +127,9 @@ class OpModel:
     sync_s: float = 0.0
     #: The device's gap between queued kernels (:func:`opcost.replay.replay`).
     kernel_gap_s: float = 0.0
-    #: The shortest kernel the samples ran (:func:`shortest_kernel_s`), part of the base time
-    #: GPU time is learnt against (:func:`base_time_s`); 0: the roofline time alone.
+    #: The shortest kernel the samples ran (:func:`~opcost.model.base_time.shortest_kernel_s`),
+    #: part of the base time GPU time is learnt against (:func:`base_time_s`); 0: the
+    #: roofline time alone.
     kernel_floor_s: float = 0.0
     #: What a leaf input adds to an isolated op's backward host time that a network's call
     #: does not pay, and the host time of a trivial backward node, both relative to the
@@ -371,57 +366,6 @@ def _with_conditions(ops: pd.DataFrame, meta: dict[str, Any]) -> pd.DataFrame:
 
 
 # -- fitting --------------------------------------------------------------------------------
-
-
-class GpuBase(NamedTuple):
-    """What a GPU's samples give the base time: the peaks its chunks measured, the
-    ceilings (:func:`ceilings`) and the shortest kernel (:func:`shortest_kernel_s`)."""
-
-    peaks: rl.Peaks
-    ceilings: rl.Peaks
-    kernel_floor_s: float
-
-
-def gpu_base(table: pd.DataFrame, measured: pd.DataFrame | None = None) -> GpuBase:
-    """One GPU's :class:`GpuBase` from its samples ``table``: the peaks the median of the
-    chunks' measured ones (of ``measured``, the rows it measured itself, where given)."""
-    chunks = table if measured is None else measured
-    peaks = rl.Peaks(
-        float(chunks["peak_matmul_flops_per_s"].median()),
-        float(chunks["peak_memory_bytes_per_s"].median()),
-    )
-    return GpuBase(peaks, ceilings(table, peaks), shortest_kernel_s(table))
-
-
-def ceilings(table: pd.DataFrame, peaks: rl.Peaks) -> rl.Peaks:
-    """The measured peaks, raised to the highest FLOP and byte rate any sample achieved,
-    and the highest rate of a layer norm's rows (:mod:`opcost.model.roofline`, "Rows"; no
-    bound without such samples)."""
-    ok = table[(table["gpu_time_s"] > 0) & table["family"].ne("view")]
-    works = [rl.op_work(json.loads(s), m) for s, m in zip(ok["spec"], ok["mode"], strict=True)]
-    t = ok["gpu_time_s"].to_numpy()
-    flops = max((w.flops / g for w, g in zip(works, t, strict=True)), default=0.0)
-    moved = max((w.bytes / g for w, g in zip(works, t, strict=True)), default=0.0)
-    rows = max((w.rows / g for w, g in zip(works, t, strict=True)), default=0.0)
-    return rl.Peaks(
-        max(peaks.matmul_flops_per_s, flops),
-        max(peaks.memory_bytes_per_s, moved),
-        rows if rows > 0 else math.inf,
-    )
-
-
-def base_time_s(roof: np.ndarray, training: np.ndarray, kernel_floor_s: float) -> np.ndarray:
-    """The time GPU time is learnt against: the roofline time plus the shortest kernel,
-    once per pass (the forward, and in training the backward)."""
-    return np.asarray(roof, dtype=float) + kernel_floor_s * np.where(training, 2.0, 1.0)
-
-
-def shortest_kernel_s(rows: pd.DataFrame) -> float:
-    """The shortest kernel the samples ran: the :data:`KERNEL_FLOOR_PERCENTILE` th
-    percentile of GPU time per kernel over the samples with kernels (0 if none)."""
-    g, k = rows["gpu_time_s"].to_numpy(float), rows["n_kernels"].to_numpy(float)
-    ok = (g > 0) & (k > 0)
-    return float(np.percentile(g[ok] / k[ok], KERNEL_FLOOR_PERCENTILE)) if ok.any() else 0.0
 
 
 def _targets(rows: pd.DataFrame, roof: np.ndarray, floor_s: float) -> dict[str, np.ndarray]:
