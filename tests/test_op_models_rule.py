@@ -171,6 +171,7 @@ def test_measured_op_models_train_on_the_studys_chunks_and_the_tf32_twins(repo):
     h200_on += [raw.format("h200", f"r42-{c}") for c in range(2)]
     h200_on += [raw.format("h200", f"r{r}-{c}") for r in (44, 46, 48, 51, 52, 53) for c in range(2)]
     h200_on += [raw.format("h200", c) for c in ("r54-0", "r54-1", "r56-0", "r57-0", "r58-0")]
+    h200_on += [raw.format("h200", "r59-0")]
     h200_off = [c.format("h200-notf32") for c in (*off, *power_rounds)]
     h200_off += [raw.format("h200-notf32", f"r{r}-{c}") for r in (20, 21, 23) for c in (0, 1)]
     h200_off += [raw.format("h200-notf32", f"r25-{c}") for c in range(5)]
@@ -179,7 +180,7 @@ def test_measured_op_models_train_on_the_studys_chunks_and_the_tf32_twins(repo):
     h200_off += [raw.format("h200-notf32", f"r41-{c}") for c in range(2)]
     h200_off += [raw.format("h200-notf32", f"r43-{c}") for c in range(2)]
     h200_off += [raw.format("h200-notf32", f"r{r}-{c}") for r in (45, 47, 49, 50) for c in range(2)]
-    h200_off += [raw.format("h200-notf32", "r55-0")]
+    h200_off += [raw.format("h200-notf32", c) for c in ("r55-0", "r59-0")]
     # Pooled with the other GPU's configuration of its TF32 setting, the rounds only the
     # H100 measured included (op_space.model.pool_gpus, on by default); the families it
     # lacks from both TF32-on twins.

@@ -106,9 +106,9 @@ def test_a_round_samples_with_the_newest_generator_unless_it_names_one():
     assert osw.op_space_sampling_params(study)["generator"] == 2
     assert osw.op_space_round_params(study, 2)["generator"] == 2
     assert osw.op_space_round_params(study, 3)["generator"] == 1
-    assert tuple(range(1, 25)) == opspace.GENERATORS
-    config = _config([{**ROUND_2, "generator": 25}])
-    with pytest.raises(ConfigError, match=r"op_space\.rounds\.0\.generator: 25 is not allowed"):
+    assert tuple(range(1, 26)) == opspace.GENERATORS
+    config = _config([{**ROUND_2, "generator": 26}])
+    with pytest.raises(ConfigError, match=r"op_space\.rounds\.0\.generator: 26 is not allowed"):
         load_study(config)
 
 
@@ -399,6 +399,9 @@ def test_the_op_space_config_records_each_rounds_allocation(repo):
         {"samples": {"copy": 120}, "power_samples": 2, "generator": 23, "gpus": ["h200"]},
         # Round 58: writes into part of a tensor.
         {"samples": {"copy": 160}, "power_samples": 2, "generator": 24, "gpus": ["h200"]},
+        # Round 59: depthwise convolutions on a stage's map, each timed from a graph.
+        {"samples": {"conv": 200}, "power_samples": 2, "generator": 25,
+         "gpus": ["h200", "h200-notf32"]},
     ]  # fmt: skip
     study = load_study_file(repo / "config/op-space.yaml")
     samples = study.config["op_space"]["samples"]

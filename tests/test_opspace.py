@@ -453,7 +453,7 @@ def test_the_committed_measurements_are_sane(gpu):
     # Round 1, the adaptive rounds 2 and 3, the power round 4 and the convolutions of rounds
     # 5 and 6 (data/op-space/README.md), each fully measured; on the H100 rounds 9, 12, 14;
     # on both the power rounds 16 and 17; on the H200 rounds 18, 19, 22, 24, 26, 28, 30-34, 36,
-    # 38, 40, 42, 44, 46, 48, 51-54, 56-58.
+    # 38, 40, 42, 44, 46, 48, 51-54, 56-59.
     own = (
         (9, 12, 14)
         if gpu == "h100"
@@ -473,7 +473,7 @@ def test_the_committed_measurements_are_sane(gpu):
             46,
             48,
             *range(51, 55),
-            *range(56, 59),
+            *range(56, 60),
         )
     )
     measured = (2, 3, 4, 5, 6, *own, 16, 17)
@@ -625,8 +625,8 @@ def test_generator_2_samples_small_maps_and_grouped_convolutions_as_networks_bui
     assert opspace.sample(counts, seed=0, generator=1)["op_id"].tolist() == (
         opspace.sample(counts, seed=0, generator=2)["op_id"].tolist()
     )
-    with pytest.raises(opspace.OpSpaceError, match="generator 25"):
-        opspace.sample({"conv": 1}, generator=25)
+    with pytest.raises(opspace.OpSpaceError, match="generator 26"):
+        opspace.sample({"conv": 1}, generator=26)
 
 
 def test_generator_6_samples_dense_convolutions_of_aligned_widths():
@@ -1190,7 +1190,7 @@ def test_the_committed_rounds_are_what_the_study_config_samples():
     generator version a round names keeps it as measured."""
     study = load_study_file(REPO / "config/op-space.yaml")
     rounds = osw.op_space_round_counts(study)
-    assert len(rounds) == 58
+    assert len(rounds) == 59
     for r in range(2, len(rounds) + 1):
         params = osw.op_space_round_params(study, r)
         committed = pd.read_parquet(DATA / f"samples-r{r}.parquet")
@@ -1625,3 +1625,40 @@ def test_generator_24_samples_writes_into_part_of_a_tensor_as_networks_make_them
             assert float(inputs[1].grad.sum()) == inputs[1].numel()
         else:
             assert not out.requires_grad
+
+
+def test_generator_25_samples_depthwise_convolutions_on_a_stage_s_map():
+    """Generator 25's convolutions are depthwise, as MobileNet, EfficientNet and ConvNeXt
+    build theirs: a group a channel, the width kept and aligned to 8, no wider input than
+    2**21 elements an image unless 16 channels, a kernel of 3, 5 or 7 (3 or 1 where the map
+    is narrower), on a network's stage map; half of them channels-last and half with a
+    bias; each round-trips through extraction."""
+    table = opspace.sample({"conv": 300}, seed=0, generator=25)
+    drawn = [json.loads(s) for s in table["spec"]]
+    assert len(drawn) > 290
+    stage_maps = {size >> h for size in opspace_conv.INPUT_SIZES[0] for h in range(8)}
+    last = bias = 0
+    for c in drawn:
+        a, (x,) = c["attrs"], c["inputs"]
+        b, ch, h, w = x["shape"]
+        assert a["groups"] == a["in_channels"] == a["out_channels"] == ch
+        assert ch >= 16
+        assert ch % 8 == 0
+        assert ch == 16 or ch * h * w <= 2**21
+        assert h == w
+        assert h in stage_maps
+        assert b & (b - 1) == 0  # a power-of-two batch
+        k = a["kernel_size"][0]
+        assert k in (3, 5, 7) or (k == 3 and h < 5) or (k == 1 and h < 3)
+        assert k <= h or k == 1
+        assert a["padding"][0] == k // 2
+        last += x.get("stride") == [ch * h * w, 1, w * ch, ch]
+        bias += a["bias"]
+    assert 0.4 < last / len(drawn) < 0.6
+    assert 0.4 < bias / len(drawn) < 0.6
+    assert {3, 5, 7} <= {c["attrs"]["kernel_size"][0] for c in drawn}
+    # Other families map at 25 as at 24.
+    assert opspace.sample({"copy": 20}, seed=0, generator=25)["spec"].tolist() == (
+        opspace.sample({"copy": 20}, seed=0, generator=24)["spec"].tolist()
+    )
+    _assert_round_trips(generator=25, n=2)

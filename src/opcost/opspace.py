@@ -63,9 +63,9 @@ COLUMNS = ("op_id", "family", "type", "kind", "spec", "sample", "round", "genera
 #: softmax and copies: :mod:`opcost.opspace_ops`), 22 copies only (a table gathered by a
 #: tensor of indices), 23 copies only (a view of part of a tensor, which training's
 #: backward pass writes whole: :mod:`opcost.opspace_copies`), 24 copies only (a write into
-#: part of a tensor, ``x[index] = value``); a family a version leaves maps as the version
-#: before.
-GENERATORS = tuple(range(1, 25))
+#: part of a tensor, ``x[index] = value``), 25 convolutions only (depthwise ones on a
+#: stage's map); a family a version leaves maps as the version before.
+GENERATORS = tuple(range(1, 26))
 
 
 class OpSpaceError(OpcostError, ValueError):

@@ -501,6 +501,46 @@ def _stem(u: Sequence[float]) -> dict[str, Any]:
     }
 
 
+#: Generator 25's depthwise kernels, and how often each: MobileNet's and EfficientNet's 3
+#: and 5, ConvNeXt's 7.
+DEPTHWISE_KERNELS = ((3, 5, 7), (0.45, 0.25, 0.3))
+#: Generator 25's most elements of a depthwise convolution's input per image (channels x
+#: map): networks widen as their maps shrink, MobileNet V2's widest at 96 x 112 x 112.
+DEPTHWISE_MAX_ELEMENTS = 2**21
+
+
+def _depthwise_on_stage(u: Sequence[float]) -> dict[str, Any]:
+    """A depthwise convolution (a group a channel, the width kept) as MobileNet, EfficientNet
+    and ConvNeXt build theirs: a width of :func:`block_width`, halved while its input per
+    image exceeds :data:`DEPTHWISE_MAX_ELEMENTS` (to a multiple of 8, at least 16), a kernel of
+    :data:`DEPTHWISE_KERNELS`, stride 1 (three in four) or 2, on the map of a network's
+    stage (:func:`stage_map`), batch a power of two (1-256), a bias and a channels-last
+    input one in two each (ConvNeXt's blocks have both). In training cuDNN runs up to 16
+    kernels a call for the larger ones, one after the other, where no round had timed
+    such a call from a CUDA graph: the models of rounds 1-58 took the graph share of the
+    grouped convolutions whose per-group kernels a graph runs at once, and predicted
+    ConvNeXt's depthwise convolutions in training at 0.53-0.64 of their time from a
+    graph (docs/op-space.md, round 59)."""
+    spatial = stage_map(u[7])
+    cin = block_width(u[1])
+    while cin > 16 and cin * spatial * spatial > DEPTHWISE_MAX_ELEMENTS:
+        cin = max(16, round_to(cin // 2, 8))
+    p = {
+        "batch": power_of_two(u[0], 1, 256),
+        "cin": cin,
+        "cout": cin,
+        "kernel": pick(u[3], *DEPTHWISE_KERNELS),
+        "stride": pick(u[4], [1, 2], [0.75, 0.25]),
+        "dilation": 1,
+        "groups": cin,
+        "spatial": spatial,
+        "bias": u[8] < 0.5,
+        "channels_last": u[9] < 0.5,
+    }
+    _kernel_within_map(p)
+    return p
+
+
 #: The map of each convolution-only version from 4 on (:func:`params`); a later version that
 #: changed other families maps convolutions as the newest here.
 _VERSIONS: dict[int, Callable[[Sequence[float]], dict[str, Any]]] = {
@@ -516,4 +556,5 @@ _VERSIONS: dict[int, Callable[[Sequence[float]], dict[str, Any]]] = {
     15: _few_groups,
     16: _pointwise,
     18: _stem,
+    25: _depthwise_on_stage,
 }
