@@ -16,7 +16,16 @@ import pandas as pd
 import pytest
 
 from opcost.config import schema_defaults
-from opcost.model import base_time, op_power, op_scores, op_tables, opmodel, shapes, shares
+from opcost.model import (
+    base_time,
+    in_network,
+    op_power,
+    op_scores,
+    op_tables,
+    opmodel,
+    shapes,
+    shares,
+)
 from opcost.model import roofline as rl
 from opcost.train import TrainConfig, make_regressor
 from opcost.validate.replay import WAIT_SHARE, busy_power_w, waiting_power_w
@@ -267,10 +276,10 @@ def test_leaf_overhead_from_views_and_the_backward_node() -> None:
             "backward_node_s": [10e-6, 20e-6, 10e-6],
         }
     )
-    overhead, node = opmodel.leaf_overhead(rows)
+    overhead, node = in_network.leaf_overhead(rows)
     assert node == pytest.approx(5e-3)
     assert overhead == pytest.approx(30e-3 - 5e-3)
-    assert opmodel.leaf_overhead(rows.drop(columns="backward_node_s")) == (0.0, 0.0)
+    assert in_network.leaf_overhead(rows.drop(columns="backward_node_s")) == (0.0, 0.0)
 
 
 def test_network_calls_do_not_pay_their_leaves(h100: pd.DataFrame, model) -> None:
@@ -282,7 +291,7 @@ def test_network_calls_do_not_pay_their_leaves(h100: pd.DataFrame, model) -> Non
     alone = m.predict(ops, isolated=True)
     in_net = m.predict(ops)
     probe = m.host_probe_s
-    leaves = np.array([opmodel._leaf_inputs(s) for s in ops["spec"]])
+    leaves = np.array([in_network.leaf_inputs(s) for s in ops["spec"]])
     assert set(leaves) >= {1, 2}  # add takes two tensors; ReLU and Conv2d one
     backward = alone["host_time_s"] - alone["forward_host_time_s"]
     expected = alone["forward_host_time_s"] + np.maximum(

@@ -46,13 +46,12 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from opcost.model import inplace_saves, leaf_grads, op_power, peer_transfer, shapes
+from opcost.model import in_network, op_power, peer_transfer, shapes
 from opcost.model import roofline as rl
 from opcost.model.base_time import base_time_s, gpu_base
 from opcost.model.features import FeatureSchema, build_schema, encode_features
@@ -133,7 +132,8 @@ class OpModel:
     kernel_floor_s: float = 0.0
     #: What a leaf input adds to an isolated op's backward host time that a network's call
     #: does not pay, and the host time of a trivial backward node, both relative to the
-    #: host probe (:func:`leaf_overhead`); 0 where the samples do not tell.
+    #: host probe (:func:`opcost.model.in_network.leaf_overhead`); 0 where the samples do
+    #: not tell.
     leaf_overhead_ratio: float = 0.0
     backward_node_ratio: float = 0.0
 
@@ -157,11 +157,11 @@ class OpModel:
         ``forward_host_time_s``, ``efficiency``, ``roofline_time_s``, ``busy_power_w``,
         ``family``; host times for a host whose probe is ``host_probe_s`` (default: the
         one measured with the training data). In
-        training, host times, GPU times and kernels are those of a call in a network (the
-        leaf inputs' gradient accumulation and the copies of their gradients taken off,
-        :mod:`opcost.model.leaf_grads`, and the clone autograd makes of an in-place op's
-        input added, :mod:`opcost.model.inplace_saves`; ``ops`` may carry both in their
-        modules' ``COLUMNS``), or with ``isolated`` of the op measured alone."""
+        training, host times, GPU times and kernels are those of a call in a network
+        (:mod:`opcost.model.in_network`: the leaf inputs' gradient accumulation and the
+        copies of their gradients taken off, the clone autograd makes of an in-place op's
+        input added; ``ops`` may carry the columns of :mod:`opcost.model.leaf_grads` and
+        :mod:`opcost.model.inplace_saves`), or with ``isolated`` of the op measured alone."""
         probe = host_probe_s or self.host_probe_s
         rows = _with_conditions(ops, self.meta)
         roof = rl.roofline_times_s(list(rows["spec"]), list(rows["mode"]), self.ceilings)
@@ -208,25 +208,18 @@ class OpModel:
         ):
             s = out[share].clip(0, 1).fillna(0.5)
             out[col] = np.where(training, out[total] * s, out[total])
-        # In a network an op's inputs are no leaves: its backward pass does not accumulate
-        # their gradients as the isolated samples' did (at least one node's time stays).
-        leaves = np.array([float(_leaf_inputs(s)) for s in rows["spec"]])
-        backward = out["host_time_s"] - out["forward_host_time_s"]
-        kept = np.maximum(
-            backward - leaves * self.leaf_overhead_ratio * probe,
-            np.minimum(backward, self.backward_node_ratio * probe),
-        )
         if not isolated:
-            out["host_time_s"] = np.where(
-                training, out["forward_host_time_s"] + kept, out["host_time_s"]
+            out["host_time_s"] = in_network.network_host_time_s(
+                out, rows, training, probe, self.leaf_overhead_ratio, self.backward_node_ratio
             )
         busy = np.exp(np.minimum(np.nan_to_num(targets["busy"], nan=0.0), 0.0))
         out["gpu_busy_time_s"] = out["gpu_time_s"] * busy
         out["forward_gpu_busy_time_s"] = out["forward_gpu_time_s"] * busy
         out["busy_power_w"] = self._busy_power(out, rows)
         if not isolated and training.any():
-            self._without_leaf_copies(out, rows, training, busy)
-            self._with_inplace_saves(out, rows, training, busy)
+            rates = (self.peaks.memory_bytes_per_s, self.kernel_floor_s)
+            in_network.without_leaf_copies(out, rows, training, busy, *rates)
+            in_network.with_inplace_saves(out, rows, training, busy, *rates)
         graph = np.exp(np.minimum(np.nan_to_num(targets["graph"], nan=0.0), 0.0))
         graph = np.where(
             kernels_per_pass(out.assign(mode=rows["mode"])) > GRAPH_MIN_KERNELS, graph, 1.0
@@ -235,97 +228,11 @@ class OpModel:
         out["forward_graph_busy_time_s"] = out["forward_gpu_busy_time_s"] * graph
         return out.drop(columns=["host_ratio", "fwd_gpu", "fwd_host", "fwd_k"])
 
-    def _without_leaf_copies(
-        self, out: pd.DataFrame, rows: pd.DataFrame, training: np.ndarray, busy: np.ndarray
-    ) -> None:
-        """Take off the training rows of ``out`` the copies of their leaf inputs'
-        gradients that the isolated samples ran and a network's call does not
-        (:mod:`opcost.model.leaf_grads`), at the GPU's measured memory rate; the backward
-        pass keeps no less than nothing. Where the copies are all the backward kernels
-        the row predicts (``add``, ``cat``, ``contiguous``: their backward hands the
-        gradient on), the call's backward runs nothing in a network, and its GPU time is
-        its forward pass's: the isolated copies of 1-10 MB took a median 1.6 and up to 3
-        times their time at the memory rate (H200), which subtracting that time leaves in."""
-        copies, nbytes = leaf_grads.copies_of(rows[training])
-        copy_s = leaf_grads.copy_time_s(
-            copies, nbytes, self.peaks.memory_bytes_per_s, self.kernel_floor_s
-        )
-        sel = np.flatnonzero(training)
-        gpu = out["gpu_time_s"].to_numpy(dtype=float).copy()
-        fwd = out["forward_gpu_time_s"].to_numpy(dtype=float)
-        kernels = out["n_kernels"].to_numpy(dtype=float).copy()
-        fwd_k = out["forward_n_kernels"].to_numpy(dtype=float)
-        only_copies = (copies > 0) & (kernels[sel] - fwd_k[sel] - copies < 0.5)
-        left = np.where(only_copies, fwd[sel], np.maximum(gpu[sel] - copy_s, fwd[sel]))
-        gpu[sel] = np.where(gpu[sel] > 0, left, gpu[sel])
-        kernels[sel] = np.maximum(kernels[sel] - copies, fwd_k[sel])
-        out["gpu_time_s"] = gpu
-        out["n_kernels"] = kernels
-        out["gpu_busy_time_s"] = gpu * busy
-
-    def _with_inplace_saves(
-        self, out: pd.DataFrame, rows: pd.DataFrame, training: np.ndarray, busy: np.ndarray
-    ) -> None:
-        """Add to the training rows of ``out`` the clones of their input that autograd
-        makes before an in-place op overwrites it in a network, which the samples'
-        out-of-place form did not run (:mod:`opcost.model.inplace_saves`): a copy kernel
-        each in the forward pass, at the GPU's measured memory rate."""
-        copies, nbytes = inplace_saves.saves_of(rows[training])
-        if not copies.any():
-            return
-        copy_s = leaf_grads.copy_time_s(
-            copies, nbytes, self.peaks.memory_bytes_per_s, self.kernel_floor_s
-        )
-        sel = np.flatnonzero(training)
-        ran = out["gpu_time_s"].to_numpy()[sel] > 0
-        added = {"gpu_time_s": copy_s, "forward_gpu_time_s": copy_s,
-                 "n_kernels": copies, "forward_n_kernels": copies}  # fmt: skip
-        for col, add in added.items():
-            values = out[col].to_numpy(dtype=float).copy()
-            values[sel] += np.where(ran, add, 0.0)
-            out[col] = values
-        out["gpu_busy_time_s"] = out["gpu_time_s"] * busy
-        out["forward_gpu_busy_time_s"] = out["forward_gpu_time_s"] * busy
-
     def _busy_power(self, out: pd.DataFrame, rows: pd.DataFrame) -> np.ndarray:
         if self.power_fit is None:
             return np.full(len(out), np.nan)
         x = op_power.features(out["family"], rows, out, self.power_families)
         return np.exp(self.power_fit.predict(x))
-
-
-def _leaf_inputs(spec: str) -> int:
-    """The floating-point tensors an op takes that are not its parameters: each a leaf
-    with a gradient when the op is measured alone."""
-    return _leaf_count(spec)
-
-
-@lru_cache(maxsize=65536)
-def _leaf_count(spec: str) -> int:
-    inputs = json.loads(spec).get("inputs", [])
-    return sum(
-        1
-        for t in inputs
-        if not t.get("param") and str(t.get("dtype", "")).startswith(("float", "bfloat"))
-    )
-
-
-def leaf_overhead(rows: pd.DataFrame) -> tuple[float, float]:
-    """``(leaf overhead, backward node)`` relative to the host probe, from the training
-    samples of views (no kernels, one leaf input): their backward host time is one
-    trivial node plus the leaf's gradient accumulation; ``backward_node_s`` (measured per
-    chunk) is the node alone. ``(0, 0)`` where the samples lack either."""
-    if "backward_node_s" not in rows:
-        return 0.0, 0.0
-    node = pd.to_numeric(rows["backward_node_s"], errors="coerce") / rows["host_probe_s"]
-    node = node.dropna()
-    views = rows[rows["family"].eq("view") & rows["mode"].eq("training")]
-    backward = (views["host_time_s"] - views["forward_host_time_s"]) / views["host_probe_s"]
-    backward = backward.dropna()
-    if node.empty or backward.empty:
-        return 0.0, 0.0
-    node_ratio = float(node.median())
-    return max(float(backward.median()) - node_ratio, 0.0), node_ratio
 
 
 #: The key of the layer norms' own models within the norm family (:func:`model_key`).
@@ -517,7 +424,7 @@ def fit(
         i = part.index.to_numpy()
         families[str(key)] = fit_family(part, roof[i], make, floor[i], own_roof[i])
     p_wait = op_power.wait_power_w(rows)
-    overhead, node = leaf_overhead(rows)
+    overhead, node = in_network.leaf_overhead(rows)
     model = OpModel(
         leaf_overhead_ratio=overhead,
         backward_node_ratio=node,
