@@ -16,7 +16,15 @@ import pytest
 import torch
 from conftest import as_ordinary_user
 
-from opcost import harness, opspace, opspace_conv, opspace_draw, opspace_ops
+from opcost import (
+    harness,
+    opspace,
+    opspace_conv,
+    opspace_draw,
+    opspace_grouped,
+    opspace_ops,
+    opspace_stages,
+)
 from opcost import opspace_measure as om
 from opcost import opspace_workflow as osw
 from opcost import spec as specs
@@ -691,7 +699,7 @@ def test_generator_8_samples_grouped_and_depthwise_convolutions_only():
     assert len(depthwise) + len(grouped) == len(convs)  # no dense one
     assert 0.2 < len(depthwise) / len(convs) < 0.4
     per_group = {a["in_channels"] // a["groups"] for a in grouped}
-    assert per_group == set(opspace_conv.GROUP_WIDTHS)
+    assert per_group == set(opspace_grouped.GROUP_WIDTHS)
     for a, shape in convs:
         assert a["out_channels"] in (a["in_channels"], 2 * a["in_channels"])
         assert a["out_channels"] <= 2048
@@ -704,10 +712,10 @@ def test_generator_8_samples_grouped_and_depthwise_convolutions_only():
     _assert_round_trips(generator=8, n=1)
 
 
-def _stage_maps(halvings=opspace_conv.HALVINGS) -> set[int]:
-    """Every map of a network's stage that generators 9-12 draw (opspace_conv.stage_map),
+def _stage_maps(halvings=opspace_stages.HALVINGS) -> set[int]:
+    """Every map of a network's stage that generators 9-12 draw (opspace_stages.stage_map),
     or with ``halvings`` those of a patch network's stages."""
-    sizes, _ = opspace_conv.INPUT_SIZES
+    sizes, _ = opspace_stages.INPUT_SIZES
     return {size >> h for size in sizes for h in halvings[0]}
 
 
@@ -737,7 +745,7 @@ def _assert_grouped_on_stages(convs) -> None:
     for a, shape in convs:
         assert a["in_channels"] % a["groups"] == 0
         assert a["out_channels"] in (a["in_channels"], 2 * a["in_channels"])
-        assert a["out_channels"] <= opspace_conv.MAX_GROUPED_WIDTH
+        assert a["out_channels"] <= opspace_grouped.MAX_GROUPED_WIDTH
         assert a["dilation"] == [1, 1]
         assert shape[2] in stages
         assert a["kernel_size"][0] <= shape[2] or a["kernel_size"][0] == 1
@@ -747,7 +755,7 @@ def _assert_grouped_on_stages(convs) -> None:
 def test_generator_10_samples_grouped_convolutions_by_their_number_of_groups():
     convs = _conv_attrs(opspace.sample({"conv": 600}, seed=0, generator=10))
     assert len(convs) >= 590  # a few drawn twice
-    lo, hi = opspace_conv.GROUP_COUNTS
+    lo, hi = opspace_grouped.GROUP_COUNTS
     groups = np.array([a["groups"] for a, _ in convs])
     assert all(1 < a["groups"] < a["in_channels"] for a, _ in convs)  # none dense or depthwise
     assert groups.min() >= lo
@@ -760,7 +768,7 @@ def test_generator_10_samples_grouped_convolutions_by_their_number_of_groups():
         groups >= 16
     )
     _assert_grouped_on_stages(convs)
-    assert {a["in_channels"] // a["groups"] for a, _ in convs} == set(opspace_conv.GROUP_WIDTHS)
+    assert {a["in_channels"] // a["groups"] for a, _ in convs} == set(opspace_grouped.GROUP_WIDTHS)
     kernels = [a["kernel_size"][0] for a, _ in convs]
     assert 0.6 < np.mean(np.array(kernels) == 3) < 0.85
     _assert_round_trips(generator=10, n=1)
@@ -769,12 +777,12 @@ def test_generator_10_samples_grouped_convolutions_by_their_number_of_groups():
 def test_generator_11_samples_grouped_convolutions_of_narrow_groups():
     convs = _conv_attrs(opspace.sample({"conv": 600}, seed=0, generator=11))
     assert len(convs) >= 590  # a few drawn twice
-    lo, hi = opspace_conv.NARROW_GROUP_COUNTS
+    lo, hi = opspace_grouped.NARROW_GROUP_COUNTS
     groups = np.array([a["groups"] for a, _ in convs])
     per_group = np.array([a["in_channels"] // a["groups"] for a, _ in convs])
     assert all(1 < a["groups"] < a["in_channels"] for a, _ in convs)  # none dense or depthwise
-    assert set(per_group) == set(opspace_conv.NARROW_GROUP_WIDTHS)
-    for w in opspace_conv.NARROW_GROUP_WIDTHS:  # each width about a third
+    assert set(per_group) == set(opspace_grouped.NARROW_GROUP_WIDTHS)
+    for w in opspace_grouped.NARROW_GROUP_WIDTHS:  # each width about a third
         assert 0.25 < np.mean(per_group == w) < 0.42
     assert groups.min() >= lo
     assert groups.max() <= hi
@@ -871,7 +879,7 @@ def test_generator_14_samples_layernorms_on_a_stage_s_map_with_its_channels_last
     maps = [n for k, n in zip(kinds, norms, strict=True) if k == "LayerNorm"]
     maps = [n for n in maps if len(n["inputs"][0]["shape"]) == 4]
     assert 0.2 < len(maps) / len(norms) < 0.4
-    stages = _stage_maps(opspace_conv.PATCH_HALVINGS)
+    stages = _stage_maps(opspace_stages.PATCH_HALVINGS)
     permuted = 0
     for n in maps:
         x = n["inputs"][0]
@@ -917,7 +925,7 @@ def test_generator_15_samples_grouped_convolutions_of_few_groups_on_a_stage_s_ma
     for a, shape in attrs:
         per_group = a["in_channels"] // a["groups"]
         assert a["in_channels"] == per_group * a["groups"]
-        assert per_group in opspace_conv.GROUP_WIDTHS
+        assert per_group in opspace_grouped.GROUP_WIDTHS
         assert a["out_channels"] in (a["in_channels"], 2 * a["in_channels"])
         assert shape[2] in stages
         assert shape[0] & (shape[0] - 1) == 0  # a power-of-two batch
@@ -1034,7 +1042,8 @@ def test_generator_18_samples_a_network_s_first_layer_on_an_rgb_image():
             assert s in opspace_conv.STEM_STRIDES[0]
             assert pad == k // 2
         # An input size networks run at, halved only where the bounds shrink it.
-        assert any(size >> h == shape[2] for size in opspace_conv.INPUT_SIZES[0] for h in range(3))
+        sizes = opspace_stages.INPUT_SIZES[0]
+        assert any(size >> h == shape[2] for size in sizes for h in range(3))
     assert 0.4 < patches / len(attrs) < 0.6
     kernels = {a["kernel_size"][0] for a, _ in attrs}
     assert {11, 16, 32} <= kernels  # wider than any other version draws
@@ -1636,7 +1645,7 @@ def test_generator_25_samples_depthwise_convolutions_on_a_stage_s_map():
     table = opspace.sample({"conv": 300}, seed=0, generator=25)
     drawn = [json.loads(s) for s in table["spec"]]
     assert len(drawn) > 290
-    stage_maps = {size >> h for size in opspace_conv.INPUT_SIZES[0] for h in range(8)}
+    stage_maps = {size >> h for size in opspace_stages.INPUT_SIZES[0] for h in range(8)}
     last = bias = 0
     for c in drawn:
         a, (x,) = c["attrs"], c["inputs"]

@@ -12,7 +12,6 @@ from typing import Any
 
 import torch
 
-from opcost.opspace_conv import HALVINGS, PATCH_HALVINGS, block_width, stage_map
 from opcost.opspace_draw import (
     ATTENTION_TOKENS,
     HEAD_DIMS,
@@ -29,6 +28,7 @@ from opcost.opspace_draw import (
 )
 from opcost.opspace_draw import function_call as _f
 from opcost.opspace_draw import meta_tensor as _t
+from opcost.opspace_stages import HALVINGS, PATCH_HALVINGS, block_width, stage_map
 
 
 def _copy(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
@@ -61,8 +61,8 @@ def _window_copy(u: Sequence[float]) -> dict[str, Any]:
     windows ``(batch x windows, window², width)`` and the one that merges them back, or the
     ``reshape`` that joins the heads of ``(batch x windows, heads, window², width /
     heads)`` transposed (:data:`WINDOW_COPIES`); a stage's map of 4x4 patches
-    (:data:`opcost.opspace_conv.PATCH_HALVINGS`), a window of 7 or 8, a width of
-    :func:`opcost.opspace_conv.block_width` (32-2048), a power-of-two batch (1-256)."""
+    (:data:`opcost.opspace_stages.PATCH_HALVINGS`), a window of 7 or 8, a width of
+    :func:`opcost.opspace_stages.block_width` (32-2048), a power-of-two batch (1-256)."""
     window = pick(u[4], [7, 8], [0.6, 0.4])
     side = max(stage_map(u[3], PATCH_HALVINGS), 1)
     kind = pick(u[1], *WINDOW_COPIES)
@@ -164,9 +164,9 @@ def _part_view(u: Sequence[float]) -> dict[str, Any]:
     one: no kernel in the forward pass, but in training a backward pass that writes the
     whole tensor's gradient, zeros where the part was not taken
     (:func:`opcost.model.roofline.op_work`). A stage's map of 4x4 patches
-    (:data:`opcost.opspace_conv.PATCH_HALVINGS`) or a ShuffleNet stage's
-    (:func:`opcost.opspace_conv.stage_map`), windows of 7 or 8, a width of
-    :func:`opcost.opspace_conv.block_width` (32-2048; heads of :data:`HEAD_DIMS`), a
+    (:data:`opcost.opspace_stages.PATCH_HALVINGS`) or a ShuffleNet stage's
+    (:func:`opcost.opspace_stages.stage_map`), windows of 7 or 8, a width of
+    :func:`opcost.opspace_stages.block_width` (32-2048; heads of :data:`HEAD_DIMS`), a
     power-of-two batch (1-256)."""
     kind = pick(u[1], *PART_VIEWS)
     heads = pick(u[5], *TRANSFORMER_HEADS)
@@ -233,10 +233,10 @@ def _set_part(u: Sequence[float]) -> dict[str, Any]:
     """A write into part of a tensor (:data:`SET_PARTS`), one kernel that writes the part
     and reads the value, and in training, for a tensor value, a backward pass that takes
     the part's gradient (:func:`opcost.model.roofline.op_work`): a mask of a stage's map
-    of 4x4 patches (:data:`opcost.opspace_conv.PATCH_HALVINGS`) padded to windows of 7 or
+    of 4x4 patches (:data:`opcost.opspace_stages.PATCH_HALVINGS`) padded to windows of 7 or
     8, shifted by half a window; a sequence of :data:`ATTENTION_TOKENS` tokens; a map of a
-    network's stage (:func:`opcost.opspace_conv.stage_map`); widths of
-    :func:`opcost.opspace_conv.block_width` (32-2048); a power-of-two batch (1-256)."""
+    network's stage (:func:`opcost.opspace_stages.stage_map`); widths of
+    :func:`opcost.opspace_stages.block_width` (32-2048); a power-of-two batch (1-256)."""
     kind = pick(u[1], *SET_PARTS)
     window = pick(u[4], [7, 8], [0.6, 0.4])
     return {

@@ -121,3 +121,16 @@ def module_call(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Call:
 
 def function_call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Call:
     return Call(fn, args, kwargs)
+
+
+def bias_and_layout(u: Sequence[float]) -> dict[str, bool]:
+    """A convolution's bias (three in ten) and channels-last input (one in four), from
+    coordinates 8 and 9 of its point, as every generator draws them."""
+    return {"bias": u[8] < 0.3, "channels_last": u[9] < 0.25}
+
+
+def kernel_within_map(p: dict[str, Any]) -> None:
+    """A kernel (dilated) wider than its map becomes 3x3, or 1x1 on maps under 3, in
+    place: padding would be most of it."""
+    if p["spatial"] < p["kernel"] * p["dilation"]:
+        p["kernel"], p["dilation"] = (3 if p["spatial"] >= 3 else 1), 1

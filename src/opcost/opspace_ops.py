@@ -9,7 +9,6 @@ from typing import Any
 
 import torch
 
-from opcost.opspace_conv import PATCH_HALVINGS, block_width, stage_map
 from opcost.opspace_copies import _copy, _copy_call
 from opcost.opspace_draw import (
     ATTENTION_TOKENS,
@@ -28,6 +27,7 @@ from opcost.opspace_draw import (
 from opcost.opspace_draw import function_call as _f
 from opcost.opspace_draw import meta_tensor as _t
 from opcost.opspace_draw import module_call as _m
+from opcost.opspace_stages import PATCH_HALVINGS, block_width, stage_map
 
 
 def _linear(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
@@ -61,11 +61,11 @@ HEAD_CLASSES = 1000
 
 def _block_linear(u: Sequence[float]) -> dict[str, Any]:
     """A linear layer of a transformer block or a classifier head (:data:`BLOCK_LINEAR_RATIOS`):
-    a block's width of :func:`opcost.opspace_conv.block_width` (32-2048 channels), its
+    a block's width of :func:`opcost.opspace_stages.block_width` (32-2048 channels), its
     output that times the ratio (rounded to 8), on ``(batch, tokens, width)`` with the
     tokens of an attention block (:data:`ATTENTION_TOKENS`; ViT's, Swin's windows) or
     on ``(batch, map, map, width)``, a stage's channels-last map (ConvNeXt's and Swin's
-    MLPs, :data:`opcost.opspace_conv.PATCH_HALVINGS`), half each; a head on ``(batch,
+    MLPs, :data:`opcost.opspace_stages.PATCH_HALVINGS`), half each; a head on ``(batch,
     width)`` to 1,000 classes (half the time) or a width of 8-8192; a power-of-two batch
     (1-256), a bias nine times in ten. The other versions draw both widths apart on 2-D and
     3-D inputs: of rounds 1-45's 517 linear layers on the H200 (TF32 on), 94 have both
@@ -239,7 +239,7 @@ def _norm(u: Sequence[float], generator: int = 1) -> dict[str, Any]:
 
 def _staged_norm(u: Sequence[float], generator: int = 13) -> dict[str, Any]:
     """The norm of a network's stage: BatchNorm2d six times in ten, on the map of a
-    network's stage (:func:`opcost.opspace_conv.stage_map`); else LayerNorm on the
+    network's stage (:func:`opcost.opspace_stages.stage_map`); else LayerNorm on the
     tokens of a stage (its map over 4 squared, a class token half the time: ViT's 197 and
     50, Swin's 3,136 and 784) or ConvNeXt's LayerNorm2d on a stage's map; widths of
     8-2048 as networks align them, a power-of-two batch (1-256). A BatchNorm2d in
