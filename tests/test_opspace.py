@@ -22,7 +22,6 @@ from opcost import (
     opspace_conv,
     opspace_draw,
     opspace_grouped,
-    opspace_ops,
     opspace_stages,
 )
 from opcost import opspace_measure as om
@@ -998,10 +997,10 @@ def test_generator_17_samples_an_attention_block_s_matrix_products_on_views():
             assert p["args"][0] in ("bghid,bghjd->bghij", "bghij,bghjd->bghid")
         # Scores: q (tokens, head) times k; values: the (tokens, tokens) scores times v.
         n, d = a[-2], (b[-1] if a[-1] == a[-2] else a[-1])
-        assert d in opspace_ops.HEAD_DIMS[0]
+        assert d in opspace_draw.HEAD_DIMS[0]
         tokens.add(n)
         fused += any("stride" in i for i in p["inputs"])
-    drawn = opspace_ops.ATTENTION_TOKENS[0]  # or halved, where the bounds shrink the largest
+    drawn = opspace_draw.ATTENTION_TOKENS[0]  # or halved, where the bounds shrink the largest
     assert all(any(t >> s == n for t in drawn for s in range(4)) for n in tokens)
     assert {49, 197} <= tokens
     assert 0.7 < fused / len(products) < 0.9  # q, k, v as views of a fused projection
@@ -1073,7 +1072,7 @@ def test_generator_19_samples_a_transformer_block_s_linear_layers_and_heads():
         assert fin % 8 == 0
         assert fout % 8 == 0
         if len(shape) == 3:  # an attention block's tokens, or fewer where the bounds shrink
-            drawn = opspace_ops.ATTENTION_TOKENS[0]
+            drawn = opspace_draw.ATTENTION_TOKENS[0]
             assert any(t >> s == shape[1] for t in drawn for s in range(4))
         else:  # a stage's channels-last map
             assert shape[1] == shape[2]
@@ -1116,9 +1115,9 @@ def test_generator_20_samples_a_transformer_block_s_attention():
             tokens, head = x[1], e // h
         else:  # (batch, heads, tokens, head)
             h, tokens, head = x[1], x[2], x[3]
-        assert h in opspace_ops.TRANSFORMER_HEADS[0]
-        assert head in opspace_ops.HEAD_DIMS[0]
-        drawn = opspace_ops.ATTENTION_TOKENS[0]  # or fewer, where the bounds shrink them
+        assert h in opspace_draw.TRANSFORMER_HEADS[0]
+        assert head in opspace_draw.HEAD_DIMS[0]
+        drawn = opspace_draw.ATTENTION_TOKENS[0]  # or fewer, where the bounds shrink them
         assert any(t >> s == tokens for t in drawn for s in range(4))
         heads.append(h)
     assert np.mean(np.array(heads) % 2 == 0) > 0.9

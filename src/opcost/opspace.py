@@ -56,9 +56,9 @@ COLUMNS = ("op_id", "family", "type", "kind", "spec", "sample", "round", "genera
 #: round keeps the version it was measured with, so that its samples stay those measured.
 #: 2 to 12, 15, 16 and 18 changed convolutions only (:func:`opcost.opspace_conv.params`), 13 and 14
 #: norms only (:func:`opcost.opspace_ops._norm`), 17 matrix products only
-#: (:func:`opcost.opspace_ops._matmul`), 19 linear layers only
-#: (:func:`opcost.opspace_ops._linear`), 20 attention only
-#: (:func:`opcost.opspace_ops._attention`), 21 the calls networks make as functions and a
+#: (:func:`opcost.opspace_products._matmul`), 19 linear layers only
+#: (:func:`opcost.opspace_products._linear`), 20 attention only
+#: (:func:`opcost.opspace_products._attention`), 21 the calls networks make as functions and a
 #: shifted-window block's ops (linear layers, activations, pooling, elementwise ops,
 #: softmax and copies: :mod:`opcost.opspace_ops`), 22 copies only (a table gathered by a
 #: tensor of indices), 23 copies only (a view of part of a tensor, which training's
