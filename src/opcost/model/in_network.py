@@ -15,7 +15,8 @@ prediction for three differences, each measured where it was found:
   :mod:`opcost.model.inplace_saves`): added to the forward pass.
 
 Each function works on the frame of predictions ``out`` and the op rows ``rows`` that
-:meth:`~opcost.model.opmodel.OpModel.predict` builds, row for row.
+:meth:`~opcost.model.opmodel.OpModel.predict` builds, row for row; the GPU functions
+change GPU times and kernels, and the caller derives the busy times from them.
 """
 
 from __future__ import annotations
@@ -84,19 +85,17 @@ def without_leaf_copies(
     out: pd.DataFrame,
     rows: pd.DataFrame,
     training: np.ndarray,
-    busy: np.ndarray,
     memory_bytes_per_s: float,
     kernel_floor_s: float,
 ) -> None:
     """Take off the training rows of ``out`` the copies of their leaf inputs' gradients
     that the isolated samples ran and a network's call does not
     (:mod:`opcost.model.leaf_grads`), at the GPU's measured memory rate; the backward
-    pass keeps no less than nothing, and the busy time follows at the rows' busy share
-    ``busy``. Where the copies are all the backward kernels the row predicts (``add``,
-    ``cat``, ``contiguous``: their backward hands the gradient on), the call's backward
-    runs nothing in a network, and its GPU time is its forward pass's: the isolated
-    copies of 1-10 MB took a median 1.6 and up to 3 times their time at the memory rate
-    (H200), which subtracting that time leaves in."""
+    pass keeps no less than nothing. Where the copies are all the backward kernels the
+    row predicts (``add``, ``cat``, ``contiguous``: their backward hands the gradient
+    on), the call's backward runs nothing in a network, and its GPU time is its forward
+    pass's: the isolated copies of 1-10 MB took a median 1.6 and up to 3 times their
+    time at the memory rate (H200), which subtracting that time leaves in."""
     copies, nbytes = leaf_grads.copies_of(rows[training])
     copy_s = leaf_grads.copy_time_s(copies, nbytes, memory_bytes_per_s, kernel_floor_s)
     sel = np.flatnonzero(training)
@@ -110,21 +109,19 @@ def without_leaf_copies(
     kernels[sel] = np.maximum(kernels[sel] - copies, fwd_k[sel])
     out["gpu_time_s"] = gpu
     out["n_kernels"] = kernels
-    out["gpu_busy_time_s"] = gpu * busy
 
 
 def with_inplace_saves(
     out: pd.DataFrame,
     rows: pd.DataFrame,
     training: np.ndarray,
-    busy: np.ndarray,
     memory_bytes_per_s: float,
     kernel_floor_s: float,
 ) -> None:
     """Add to the training rows of ``out`` the clones of their input that autograd makes
     before an in-place op overwrites it in a network, which the samples' out-of-place
     form did not run (:mod:`opcost.model.inplace_saves`): a copy kernel each in the
-    forward pass, at the GPU's measured memory rate; the busy times follow at ``busy``."""
+    forward pass, at the GPU's measured memory rate."""
     copies, nbytes = inplace_saves.saves_of(rows[training])
     if not copies.any():
         return
@@ -137,5 +134,3 @@ def with_inplace_saves(
         values = out[col].to_numpy(dtype=float).copy()
         values[sel] += np.where(ran, add, 0.0)
         out[col] = values
-    out["gpu_busy_time_s"] = out["gpu_time_s"] * busy
-    out["forward_gpu_busy_time_s"] = out["forward_gpu_time_s"] * busy
