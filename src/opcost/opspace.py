@@ -60,7 +60,8 @@ COLUMNS = ("op_id", "family", "type", "kind", "spec", "sample", "round", "genera
 #: (:func:`opcost.opspace_products._linear`), 20 attention only
 #: (:func:`opcost.opspace_products._attention`), 21 the calls networks make as functions and a
 #: shifted-window block's ops (linear layers, activations, pooling, elementwise ops,
-#: softmax and copies: :mod:`opcost.opspace_ops`), 22 copies only (a table gathered by a
+#: softmax and copies: :mod:`opcost.opspace_products`, :mod:`opcost.opspace_ops`,
+#: :mod:`opcost.opspace_copies`), 22 copies only (a table gathered by a
 #: tensor of indices), 23 copies only (a view of part of a tensor, which training's
 #: backward pass writes whole: :mod:`opcost.opspace_copies`), 24 copies only (a write into
 #: part of a tensor, ``x[index] = value``), 25 convolutions only (depthwise ones on a
