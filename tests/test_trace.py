@@ -509,7 +509,7 @@ def test_a_networks_kernel_totals_come_from_its_unannotated_pass(monkeypatch):
     plain, annotated = traces
     passes = []
 
-    def fake_profile(workload, device, annotator):
+    def fake_profile(workload, device, annotator, steps=tracing.TRACE_STEPS):
         passes.append(annotator)
         return plain if annotator is None else annotated
 
@@ -605,6 +605,47 @@ def test_host_bursts_pair_each_bursts_host_time_with_its_wall_time():
         assert 2e-3 <= host <= wall < host + 1e-3
         assert host < 2e-3 + 20e-3  # per step: one sleep, not the burst's three
     assert bursts.host_fwd == bursts.host  # inference: the forward pass is the step
+
+
+@pytest.mark.parametrize("step_s", [0.0, 12e-3])
+def test_a_long_step_is_traced_and_issued_fewer_times(monkeypatch, step_s):
+    """A step of at least ``LONG_STEP_S`` (10 ms) of wall time is traced twice and issued
+    in 3 host bursts, a shorter one 4 times and in 7; counted where they run, on a CPU
+    step that sleeps ``step_s``."""
+    import time
+
+    from opcost import harness, tracing
+
+    assert (tracing.TRACE_STEPS, tracing.HOST_REPEATS) == (4, 7)
+    assert tracing.repeats(tracing.LONG_STEP_S) == (2, 3)
+    assert tracing.repeats(tracing.LONG_STEP_S * 0.99) == (4, 7)
+    count = {}
+    profile_, host_times = tracing._profile, tracing._host_times
+
+    def counted_profile(workload, device, annotator, steps=tracing.TRACE_STEPS):
+        count["traced"] = steps
+        return profile_(workload, device, annotator, steps)
+
+    def counted_host_times(workload, device, burst, repeats=tracing.HOST_REPEATS):
+        count["bursts"] = repeats
+        return host_times(workload, device, burst, repeats)
+
+    monkeypatch.setattr(tracing, "_profile", counted_profile)
+    monkeypatch.setattr(tracing, "_host_times", counted_host_times)
+    net = torch.nn.Linear(4, 4)
+    opts = harness.HarnessOptions(mode="inference", device="cpu", min_run_time_s=0.01)
+    workload = harness.prepare_network(net, (2, 4), opts)
+    step = workload.step
+
+    def slow_step():
+        time.sleep(step_s)
+        step()
+
+    workload.step = slow_step
+    record = tracing.trace_workload(workload, opts, wall_window_s=0.05)
+    expected = (2, 3) if step_s else (4, 7)
+    assert (count["traced"], count["bursts"]) == expected
+    assert record["trace_steps"] == expected[0]
 
 
 def _toy_replay_dataset(burst_steps, burst_wall_s):

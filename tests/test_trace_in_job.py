@@ -291,6 +291,7 @@ IN_JOB_RUNS = [  # (records, their study, their GPU)
     ("hopper.tar.gz", "hopper", "h100"),
     ("hopper-large.tar.gz", "hopper-large", "h100"),
     ("hopper-large-h200.tar.gz", "hopper-large", "h200"),
+    ("hopper-large-h200-fewer-steps.tar.gz", "hopper-large", "h200"),
 ]
 
 

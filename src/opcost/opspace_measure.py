@@ -62,10 +62,11 @@ from opcost.peaks import measure_peaks
 WARMUP_STEPS = 3
 TRACE_STEPS = 3
 HOST_REPEATS = 3
-#: A step at least this long (wall time, warm) is measured with ``LONG_REPEATS``.
-LONG_STEP_S = 10e-3
+#: A step at least this long (wall time, warm) is measured with ``LONG_REPEATS``: a
+#: trace's long step (:func:`opcost.tracing.repeats`).
+LONG_STEP_S = tracing.LONG_STEP_S
 #: (warm-up steps, traced steps, host bursts) of a long step: as many warm-up steps.
-LONG_REPEATS = (WARMUP_STEPS, 2, 3)
+LONG_REPEATS = (WARMUP_STEPS, tracing.LONG_TRACE_STEPS, tracing.LONG_HOST_REPEATS)
 POWER_WINDOW_S = 1.0
 #: GPU time of one CUDA-graph replay in a power window, and the most steps one holds.
 GRAPH_REPLAY_GPU_S = 1e-3

@@ -6,18 +6,20 @@ A trace job (:func:`trace_job`) builds the same workload as the profiling job
 1. **host time**: the time the host takes to issue one step, untraced: bursts of a few
    steps issued back to back right after a synchronisation, as few as keep the launch
    queue from filling (so the host never waits for the device), median of
-   ``HOST_REPEATS``; in training also the forward pass alone; and each burst's wall
-   time up to the synchronisation that ends it (``burst_wall_time_s``), paired with its
-   host time, so that a replay of the host and GPU times can be checked against the same
-   steps, whatever the host's speed does between moments;
+   ``HOST_REPEATS`` (fewer of a long step, :func:`repeats`); in training also the
+   forward pass alone; and each burst's wall time up to the synchronisation that ends
+   it (``burst_wall_time_s``), paired with its host time, so that a replay of the host
+   and GPU times can be checked against the same steps, whatever the host's speed does
+   between moments;
 2. **wall time**: the time per step of a short timed loop (``WALL_WINDOW_S`` for a
    network, ``OP_WALL_WINDOW_S`` for an op), the profiling job's algorithm on a shorter
    window, so an op's and its network's wall, host and GPU times all come from one run
    on one host; it runs before the trace, so that the traced steps find the GPU at its
    clocks;
-3. **a trace**: ``TRACE_STEPS`` steps under ``torch.profiler`` (Kineto/CUPTI), each
-   annotated (``opcost.step``, ``opcost.forward``, ``opcost.backward``), from which
-   :mod:`opcost.kineto` takes each step's kernel time and kernels. A network is traced a
+3. **a trace**: ``TRACE_STEPS`` steps (fewer of a long step, :func:`repeats`) under
+   ``torch.profiler`` (Kineto/CUPTI), each annotated (``opcost.step``,
+   ``opcost.forward``, ``opcost.backward``), from which :mod:`opcost.kineto` takes each
+   step's kernel time and kernels. A network is traced a
    second time with its op calls annotated (``opcost.call#<k>``, ``k`` the op's call
    position as extraction numbers it), which gives its own per-op breakdown, backward
    nodes mapped to their forward op; the annotation (a ``TorchFunctionMode``) turns off
@@ -59,6 +61,14 @@ from opcost.io import staged_path
 
 TRACE_STEPS = 4
 HOST_REPEATS = 7
+#: A step of at least ``LONG_STEP_S`` of wall time (its timed loop's, or a graph
+#: replay's) is traced ``LONG_TRACE_STEPS`` times and issued in ``LONG_HOST_REPEATS``
+#: bursts (:func:`repeats`): its kernel times vary by tenths of a per cent between
+#: steps, and the profiled steps of a batch-64 network are most of what tracing adds to
+#: its study.
+LONG_STEP_S = 10e-3
+LONG_TRACE_STEPS = 2
+LONG_HOST_REPEATS = 3
 #: Steps per host-time burst, and the kernel launches a burst may queue at most (CUDA's
 #: launch queue holds about a thousand; a full one would make the host wait).
 HOST_BURST_STEPS = 8
@@ -99,6 +109,15 @@ def check_profiler_sees_kernels(device: str) -> None:
         )
 
 
+def repeats(step_s: float) -> tuple[int, int]:
+    """(traced steps, host bursts) of a step of ``step_s`` of wall time:
+    ``LONG_TRACE_STEPS`` and ``LONG_HOST_REPEATS`` from ``LONG_STEP_S`` up, else
+    ``TRACE_STEPS`` and ``HOST_REPEATS``."""
+    if step_s >= LONG_STEP_S:
+        return LONG_TRACE_STEPS, LONG_HOST_REPEATS
+    return TRACE_STEPS, HOST_REPEATS
+
+
 def _spread(values: list[float]) -> float:
     return statistics.stdev(values) if len(values) > 1 else 0.0
 
@@ -130,12 +149,13 @@ def trace_workload(
         loop = replace(opts, min_run_time_s=wall_window_s, warmup_s=warmup_s)
         wall = harness.measure(workload, loop)
     t1 = time.perf_counter()
+    traced, host_repeats = repeats(wall.total_time_s / wall.iterations * calls)
     # Kernel time and kernels from steps run as the network runs. A network's calls are
     # annotated in a second pass: its TorchFunctionMode makes modules with a fused fast
     # path (nn.MultiheadAttention in inference) take their slow path, so that pass gives
     # only the breakdown and the host spans it is scaled by.
-    trace = _profile(workload, device, None)
-    annotated = trace if annotator is None else _profile(workload, device, annotator)
+    trace = _profile(workload, device, None, traced)
+    annotated = trace if annotator is None else _profile(workload, device, annotator, traced)
     t2 = time.perf_counter()
     if keep_trace is not None:
         with gzip.open(keep_trace, "wt") as f:
@@ -151,7 +171,7 @@ def trace_workload(
     breakdown = _breakdown(marked, annotator) if annotator is not None else None
     burst = host_burst_steps(statistics.median(s.n_kernels for s in steps), calls)
     t3 = time.perf_counter()
-    bursts = _host_times(workload, device, burst)
+    bursts = _host_times(workload, device, burst, host_repeats)
     probe = host_probe.host_probe_s(opts.device)
     t4 = time.perf_counter()
     record: dict[str, Any] = {
@@ -194,7 +214,8 @@ def graph_figures(
     power and energy over a window of about ``GRAPH_WINDOW_S`` between two changes of
     the counter (:func:`opcost.power_window.counter_window`), else time over one of
     ``WALL_WINDOW_S`` and no energy; GPU kernel time, kernels and the device's gap
-    between them from ``TRACE_STEPS`` traced replays. ``graph_status`` is ``failed``
+    between them from ``TRACE_STEPS`` traced replays (fewer of a long step:
+    :func:`repeats`). ``graph_status`` is ``failed``
     with ``graph_failure_reason`` where the step cannot be captured."""
     device = torch.device(opts.device)
     try:
@@ -223,7 +244,8 @@ def graph_figures(
             graph_power_w=None,
             graph_window_s=timing.total_time_s,
         )
-    trace = kineto.parse(_profile(graph, device, None))
+    traced, _ = repeats(figures["graph_time_s"] * calls)
+    trace = kineto.parse(_profile(graph, device, None, traced))
     steps = kineto.steps(trace)
     figures.update(
         graph_gpu_time_s=statistics.median(s.gpu_s for s in steps) / calls,
