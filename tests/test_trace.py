@@ -607,11 +607,12 @@ def test_host_bursts_pair_each_bursts_host_time_with_its_wall_time():
     assert bursts.host_fwd == bursts.host  # inference: the forward pass is the step
 
 
-@pytest.mark.parametrize("step_s", [0.0, 12e-3])
-def test_a_long_step_is_traced_and_issued_fewer_times(monkeypatch, step_s):
-    """A step of at least ``LONG_STEP_S`` (10 ms) of wall time is traced twice and issued
-    in 3 host bursts, a shorter one 4 times and in 7; counted where they run, on a CPU
-    step that sleeps ``step_s``."""
+@pytest.mark.parametrize(("step_s", "calls"), [(0.0, 1), (12e-3, 1), (0.0, 16)])
+def test_a_long_step_is_traced_and_issued_fewer_times(monkeypatch, step_s, calls):
+    """A step of at least ``LONG_STEP_S`` (10 ms) of wall time, or of 8 op calls or more
+    (a training chain), is traced twice and issued in 3 host bursts, a shorter one 4
+    times and in 7; counted where they run, on a CPU step that sleeps ``step_s`` and
+    counts as ``calls`` calls."""
     import time
 
     from opcost import harness, tracing
@@ -619,6 +620,8 @@ def test_a_long_step_is_traced_and_issued_fewer_times(monkeypatch, step_s):
     assert (tracing.TRACE_STEPS, tracing.HOST_REPEATS) == (4, 7)
     assert tracing.repeats(tracing.LONG_STEP_S) == (2, 3)
     assert tracing.repeats(tracing.LONG_STEP_S * 0.99) == (4, 7)
+    assert tracing.repeats(0.0, 8) == (2, 3)
+    assert tracing.repeats(0.0, 7) == (4, 7)
     count = {}
     profile_, host_times = tracing._profile, tracing._host_times
 
@@ -642,8 +645,9 @@ def test_a_long_step_is_traced_and_issued_fewer_times(monkeypatch, step_s):
         step()
 
     workload.step = slow_step
+    workload.calls_per_step = calls
     record = tracing.trace_workload(workload, opts, wall_window_s=0.05)
-    expected = (2, 3) if step_s else (4, 7)
+    expected = (2, 3) if step_s or calls > 1 else (4, 7)
     assert (count["traced"], count["bursts"]) == expected
     assert record["trace_steps"] == expected[0]
 

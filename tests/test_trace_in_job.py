@@ -292,6 +292,7 @@ IN_JOB_RUNS = [  # (records, their study, their GPU)
     ("hopper-large.tar.gz", "hopper-large", "h100"),
     ("hopper-large-h200.tar.gz", "hopper-large", "h200"),
     ("hopper-large-h200-fewer-steps.tar.gz", "hopper-large", "h200"),
+    ("hopper-h200-fewer-steps.tar.gz", "hopper", "h200"),
 ]
 
 

@@ -62,11 +62,14 @@ from opcost.io import staged_path
 TRACE_STEPS = 4
 HOST_REPEATS = 7
 #: A step of at least ``LONG_STEP_S`` of wall time (its timed loop's, or a graph
-#: replay's) is traced ``LONG_TRACE_STEPS`` times and issued in ``LONG_HOST_REPEATS``
-#: bursts (:func:`repeats`): its kernel times vary by tenths of a per cent between
-#: steps, and the profiled steps of a batch-64 network are most of what tracing adds to
-#: its study.
+#: replay's), or of at least ``LONG_STEP_CALLS`` op calls (a training chain), is traced
+#: ``LONG_TRACE_STEPS`` times and issued in ``LONG_HOST_REPEATS`` bursts
+#: (:func:`repeats`): a long step's kernel times vary by tenths of a per cent between
+#: steps, a chain's steps already hold as many calls as a single call's repeats, and
+#: the profiled steps of batch-64 networks and of training chains are most of what
+#: tracing adds to a study.
 LONG_STEP_S = 10e-3
+LONG_STEP_CALLS = 8
 LONG_TRACE_STEPS = 2
 LONG_HOST_REPEATS = 3
 #: Steps per host-time burst, and the kernel launches a burst may queue at most (CUDA's
@@ -109,11 +112,11 @@ def check_profiler_sees_kernels(device: str) -> None:
         )
 
 
-def repeats(step_s: float) -> tuple[int, int]:
-    """(traced steps, host bursts) of a step of ``step_s`` of wall time:
-    ``LONG_TRACE_STEPS`` and ``LONG_HOST_REPEATS`` from ``LONG_STEP_S`` up, else
-    ``TRACE_STEPS`` and ``HOST_REPEATS``."""
-    if step_s >= LONG_STEP_S:
+def repeats(step_s: float, calls: int = 1) -> tuple[int, int]:
+    """(traced steps, host bursts) of a step of ``step_s`` of wall time and ``calls`` op
+    calls: ``LONG_TRACE_STEPS`` and ``LONG_HOST_REPEATS`` from ``LONG_STEP_S`` or
+    ``LONG_STEP_CALLS`` up, else ``TRACE_STEPS`` and ``HOST_REPEATS``."""
+    if step_s >= LONG_STEP_S or calls >= LONG_STEP_CALLS:
         return LONG_TRACE_STEPS, LONG_HOST_REPEATS
     return TRACE_STEPS, HOST_REPEATS
 
@@ -149,7 +152,7 @@ def trace_workload(
         loop = replace(opts, min_run_time_s=wall_window_s, warmup_s=warmup_s)
         wall = harness.measure(workload, loop)
     t1 = time.perf_counter()
-    traced, host_repeats = repeats(wall.total_time_s / wall.iterations * calls)
+    traced, host_repeats = repeats(wall.total_time_s / wall.iterations * calls, calls)
     # Kernel time and kernels from steps run as the network runs. A network's calls are
     # annotated in a second pass: its TorchFunctionMode makes modules with a fused fast
     # path (nn.MultiheadAttention in inference) take their slow path, so that pass gives
@@ -244,7 +247,7 @@ def graph_figures(
             graph_power_w=None,
             graph_window_s=timing.total_time_s,
         )
-    traced, _ = repeats(figures["graph_time_s"] * calls)
+    traced, _ = repeats(figures["graph_time_s"] * calls, calls)
     trace = kineto.parse(_profile(graph, device, None, traced))
     steps = kineto.steps(trace)
     figures.update(
