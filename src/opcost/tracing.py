@@ -6,21 +6,21 @@ A trace job (:func:`trace_job`) builds the same workload as the profiling job
 1. **host time**: the time the host takes to issue one step, untraced: bursts of a few
    steps issued back to back right after a synchronisation, as few as keep the launch
    queue from filling (so the host never waits for the device), median of
-   ``HOST_REPEATS`` (fewer of a long step, :func:`repeats`); in training also the
-   forward pass alone; and each burst's wall time up to the synchronisation that ends
-   it (``burst_wall_time_s``), paired with its host time, so that a replay of the host
-   and GPU times can be checked against the same steps, whatever the host's speed does
-   between moments;
+   ``HOST_REPEATS`` (fewer of a long step or a training chain, :func:`repeats`); in
+   training also the forward pass alone; and each burst's wall time up to the
+   synchronisation that ends it (``burst_wall_time_s``), paired with its host time, so
+   that a replay of the host and GPU times can be checked against the same steps,
+   whatever the host's speed does between moments;
 2. **wall time**: the time per step of a short timed loop (``WALL_WINDOW_S`` for a
    network, ``OP_WALL_WINDOW_S`` for an op), the profiling job's algorithm on a shorter
    window, so an op's and its network's wall, host and GPU times all come from one run
    on one host; it runs before the trace, so that the traced steps find the GPU at its
    clocks;
-3. **a trace**: ``TRACE_STEPS`` steps (fewer of a long step, :func:`repeats`) under
-   ``torch.profiler`` (Kineto/CUPTI), each annotated (``opcost.step``,
-   ``opcost.forward``, ``opcost.backward``), from which :mod:`opcost.kineto` takes each
-   step's kernel time and kernels. A network is traced a
-   second time with its op calls annotated (``opcost.call#<k>``, ``k`` the op's call
+3. **a trace**: ``TRACE_STEPS`` steps (fewer of a long step or a training chain,
+   :func:`repeats`) under ``torch.profiler`` (Kineto/CUPTI), each annotated
+   (``opcost.step``, ``opcost.forward``, ``opcost.backward``), from which
+   :mod:`opcost.kineto` takes each step's kernel time and kernels. A network is traced
+   a second time with its op calls annotated (``opcost.call#<k>``, ``k`` the op's call
    position as extraction numbers it), which gives its own per-op breakdown, backward
    nodes mapped to their forward op; the annotation (a ``TorchFunctionMode``) turns off
    fused fast paths, so the kernel totals come from the first pass;
@@ -218,8 +218,8 @@ def graph_figures(
     the counter (:func:`opcost.power_window.counter_window`), else time over one of
     ``WALL_WINDOW_S`` and no energy; GPU kernel time, kernels and the device's gap
     between them from ``TRACE_STEPS`` traced replays (fewer of a long step:
-    :func:`repeats`). ``graph_status`` is ``failed``
-    with ``graph_failure_reason`` where the step cannot be captured."""
+    :func:`repeats`). ``graph_status`` is ``failed`` with ``graph_failure_reason``
+    where the step cannot be captured."""
     device = torch.device(opts.device)
     try:
         graph = harness.graphed(workload, device)

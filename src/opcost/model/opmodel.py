@@ -212,16 +212,14 @@ class OpModel:
             out["host_time_s"] = in_network.network_host_time_s(
                 out, rows, training, probe, self.leaf_overhead_ratio, self.backward_node_ratio
             )
-        busy = np.exp(np.minimum(np.nan_to_num(targets["busy"], nan=0.0), 0.0))
-        out["gpu_busy_time_s"] = out["gpu_time_s"] * busy
-        out["forward_gpu_busy_time_s"] = out["forward_gpu_time_s"] * busy
         out["busy_power_w"] = self._busy_power(out, rows)
         if not isolated and training.any():
             rates = (self.peaks.memory_bytes_per_s, self.kernel_floor_s)
             in_network.without_leaf_copies(out, rows, training, *rates)
             in_network.with_inplace_saves(out, rows, training, *rates)
-            out["gpu_busy_time_s"] = out["gpu_time_s"] * busy
-            out["forward_gpu_busy_time_s"] = out["forward_gpu_time_s"] * busy
+        busy = np.exp(np.minimum(np.nan_to_num(targets["busy"], nan=0.0), 0.0))
+        out["gpu_busy_time_s"] = out["gpu_time_s"] * busy
+        out["forward_gpu_busy_time_s"] = out["forward_gpu_time_s"] * busy
         graph = np.exp(np.minimum(np.nan_to_num(targets["graph"], nan=0.0), 0.0))
         graph = np.where(
             kernels_per_pass(out.assign(mode=rows["mode"])) > GRAPH_MIN_KERNELS, graph, 1.0
