@@ -230,3 +230,45 @@ def test_a_networks_gradient_sums_lengthen_its_backward_pass_only(
     pd.testing.assert_frame_equal(
         steps.loc[~forward, cols].iloc[[0, 2]], plain.loc[~forward, cols].iloc[[0, 2]]
     )
+
+
+def _conv_row(position: int, **params) -> dict:
+    from opcost import opspace
+    from opcost import spec as specs
+
+    base = {"batch": 8, "cin": 64, "cout": 64, "kernel": 3, "stride": 1, "dilation": 1,
+            "groups": 1, "spatial": 28, "bias": False, "channels_last": False}  # fmt: skip
+    op = opspace.build("conv", {**base, **params})
+    return {"model_input": "toy", "op_id": specs.op_id(op), "spec": specs.canonical_json(op),
+            "count": 1, "positions": str(position)}  # fmt: skip
+
+
+def test_grouped_convolutions_share_of_the_gpu_time(model, network) -> None:
+    from opcost.predict_replay import grouped_conv
+
+    grouped = _conv_row(3, groups=4)
+    depthwise = _conv_row(4, groups=64)
+    net = pd.concat([network, pd.DataFrame([grouped, depthwise])], ignore_index=True)
+    conv, relu = network["spec"]
+    assert grouped_conv(grouped["spec"])
+    assert not grouped_conv(depthwise["spec"])
+    assert not grouped_conv(conv)
+    assert not grouped_conv(relu)
+    row = replay_networks({"h100": model}, net, modes=["inference"]).table.iloc[0]
+    busy = model.predict(net[["spec"]].assign(mode="inference"))["gpu_busy_time_s"].to_numpy()
+    # Calls: resnet18's conv twice, its ReLU, the grouped and the depthwise conv once each.
+    total = 2 * busy[0] + busy[1] + busy[2] + busy[3]
+    assert row["grouped_conv_share"] == pytest.approx(busy[2] / total, rel=1e-12)
+    assert 0 < row["grouped_conv_share"] < 1
+    alone = replay_networks({"h100": model}, network, modes=["inference"]).table.iloc[0]
+    assert alone["grouped_conv_share"] == 0.0
+
+
+def test_the_output_is_less_sure_where_grouped_convolutions_hold_the_time() -> None:
+    from opcost.cli.predict import _grouped_conv_line
+
+    below = pd.DataFrame({"gpu": ["a", "b"], "grouped_conv_share": [0.05, 0.19]})
+    assert _grouped_conv_line("inference", below) is None
+    above = below.assign(grouped_conv_share=[0.1, 0.3])
+    line = _grouped_conv_line("training", above)
+    assert line.startswith("less sure, training: grouped convolutions are 10-30 % of the")

@@ -19,7 +19,11 @@ are replayed on a host thread and a GPU stream (:mod:`opcost.replay`):
 * ``graph_time_s`` and ``graph_energy_j``: the step run from a CUDA graph
   (:func:`opcost.replay.graph_replay`: no host time, kernels back to back, each call's
   for its busy time from a graph, ``graph_busy_time_s``, at its busy power), where the
-  host's share vanishes and the GPU alone sets the time.
+  host's share vanishes and the GPU alone sets the time;
+* ``grouped_conv_share``: the share of the GPU busy time in grouped convolutions
+  (:func:`grouped_conv`), whose time depends on which kernels cuDNN picks, one for the
+  whole call or one a group, which their shapes do not tell: a network with much of its
+  time in them is predicted less surely.
 
 Ops whose type the op space never sampled are predicted by a stand-in (the elementwise
 model) and listed in ``extrapolation``::
@@ -38,7 +42,7 @@ import numpy as np
 import pandas as pd
 
 from opcost import replay as rp
-from opcost.model import PredictorError, grad_sums, inplace_saves, leaf_grads
+from opcost.model import PredictorError, grad_sums, inplace_saves, leaf_grads, shapes
 from opcost.model.op_spec import family_of
 from opcost.model.opmodel import NO_KERNEL_FAMILIES, OpModel, model_key
 from opcost.names import MODES
@@ -193,6 +197,7 @@ def replay_networks(
     carried = [c for c in (*leaf_grads.COLUMNS, *inplace_saves.COLUMNS) if c in ops]
     distinct = ops.drop_duplicates("op_id")[["op_id", "spec", *carried]].reset_index(drop=True)
     distinct["op_type"] = [json.loads(s)["type"] for s in distinct["spec"]]
+    grouped = set(distinct.loc[[grouped_conv(s) for s in distinct["spec"]], "op_id"])
     rows, op_rows, flagged = [], [], []
     for gpu in sorted(models):
         model = models[gpu]
@@ -220,6 +225,7 @@ def replay_networks(
                 gpu_s = steps["gpu"].to_numpy()
                 busy_j = float(np.nansum(gpu_s * busy_w))
                 gpu_sum = float(gpu_s.sum())
+                grouped_s = float(gpu_s[steps["op_id"].isin(grouped).to_numpy()].sum())
                 energy = rp.step_energy_j(busy_j, model.wait_power_w, r.time_s, gpu_sum)
                 # Busy power is learnt from windows run from graphs: the power of a
                 # call's kernels as a graph runs them, for their busy time there.
@@ -249,6 +255,7 @@ def replay_networks(
                         "bound": r.bound,
                         "graph_time_s": graph.time_s,
                         "graph_energy_j": graph_energy,
+                        "grouped_conv_share": grouped_s / gpu_sum if gpu_sum > 0 else 0.0,
                     }
                 )
                 per_call = steps.groupby("op_id", sort=False)[["host", "gpu"]].sum()
@@ -281,6 +288,20 @@ def replay_networks(
         extrapolation=extrapolation,
         op_predictions=pd.concat(op_rows, ignore_index=True),
     )
+
+
+def grouped_conv(spec: str) -> bool:
+    """Whether op ``spec`` is a grouped convolution: more than one group, fewer groups
+    than input channels (a depthwise one's kernels are predicted as surely as a dense
+    one's)."""
+    try:
+        family = family_of(json.loads(spec)["type"])
+    except (ValueError, KeyError, TypeError):
+        return False
+    if family != "conv":
+        return False
+    f = dict(zip(shapes.SHAPE_FEATURES, shapes.shape_features(spec), strict=True))
+    return f["log_groups"] > 0 and not f["depthwise"]
 
 
 def common_probe_s(models: dict[str, OpModel]) -> float:

@@ -208,6 +208,28 @@ def _pace_line(mode: str, group: pd.DataFrame) -> str:
     return f"pace, {mode}: the host sets it on {hosts}; the GPU on the others"
 
 
+#: The share of a network's predicted GPU time in grouped convolutions from which the
+#: output says the prediction is less sure (docs/results.md, "Networks never trained on").
+GROUPED_CONV_NOTE_SHARE = 0.2
+
+
+def _grouped_conv_line(mode: str, group: pd.DataFrame) -> str | None:
+    """A caution where grouped convolutions hold :data:`GROUPED_CONV_NOTE_SHARE` or more of
+    the predicted GPU time on some configuration, else None."""
+    if "grouped_conv_share" not in group or group.empty:
+        return None
+    share = group["grouped_conv_share"]
+    if not share.max() >= GROUPED_CONV_NOTE_SHARE:
+        return None
+    return (
+        f"less sure, {mode}: grouped convolutions are {_fmt(100 * share.min(), 2)}-"
+        f"{_fmt(100 * share.max(), 2)} % of the predicted GPU time; cuDNN runs each either "
+        "as one kernel or as kernels a group, at rates up to ten times apart, and their "
+        "shapes do not tell which "
+        '(docs/results.md, "Networks never trained on")'
+    )
+
+
 def _host_probe_ms(text: str) -> float:
     """``--host-probe-ms``: a positive number of ms, or ``local``: this host's probe
     (:func:`opcost.host_probe.host_probe_s` on its CUDA GPU, as the op space measured it)."""
@@ -266,6 +288,8 @@ def _render_replay(
             parts = _best_parts(b, ("time", "energy"), with_setting=False)
             lines.append(f"best for {mode}: " + "; ".join(parts))
             lines.append(_pace_line(str(mode), group[group["mode"] == mode]))
+            grouped = _grouped_conv_line(str(mode), group[group["mode"] == mode])
+            lines += [grouped] if grouped else []
         flags = result.extrapolation[result.extrapolation["network"] == network]
         lines += _extrapolation_lines(flags, n_ops, n_calls, "unlike any sampled")
         lines.append("")
