@@ -224,8 +224,9 @@ def _grouped_conv_line(mode: str, group: pd.DataFrame) -> str | None:
     return (
         f"less sure, {mode}: grouped convolutions are {_fmt(100 * share.min(), 2)}-"
         f"{_fmt(100 * share.max(), 2)} % of the predicted GPU time; cuDNN runs each either "
-        "as one kernel or as kernels a group, at rates up to ten times apart, and their "
-        "shapes do not tell which "
+        "as one kernel or as kernels a group, at rates many times apart, and their "
+        "shapes do not tell which; torch.backends.cudnn.benchmark = True, which times "
+        "cuDNN's kernels instead of guessing, often runs them much faster "
         '(docs/results.md, "Networks never trained on")'
     )
 
