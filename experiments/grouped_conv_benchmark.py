@@ -9,8 +9,9 @@ The op space measures with PyTorch's default, cuDNN's heuristics choosing the ke
 (``benchmark`` off), and a grouped convolution's time then jumps between regimes its
 shapes do not tell apart (docs/results.md, "Networks never trained on"). Measures ``--n``
 grouped convolutions (more than one group, not depthwise) drawn at random from the op
-space's inference samples of ``--gpu``, and regnet_y_800mf's first grouped convolution,
-in inference as the op space does (:func:`opcost.harness.prepare_op`, TF32 on), with
+space's inference samples of ``--gpu``, and regnet_y_800mf's first grouped convolution
+(``--kind dense``: dense ones, one group, instead), in inference as the op space does
+(:func:`opcost.harness.prepare_op`, TF32 as ``--gpu``'s name says), with
 ``benchmark`` off, or on (``--benchmark``): the kernel time of one profiled step (the
 median of 3) and its kernels. One process per setting: PyTorch caches the plan cuDNN
 chose for a shape whatever the setting it was chosen under. ``--score`` prints how many
@@ -41,31 +42,37 @@ REGNET = {
 }  # fmt: skip
 
 
-def grouped_samples(gpu: str, n: int) -> pd.DataFrame:
+def conv_samples(gpu: str, n: int, kind: str = "grouped") -> pd.DataFrame:
+    """``n`` of the op space's inference convolutions of ``gpu``, drawn at random: grouped
+    ones (:func:`opcost.predict_replay.grouped_conv`), or ``dense`` ones (one group)."""
     from opcost.predict_replay import grouped_conv
 
     files = sorted((REPO / "data/op-space" / gpu).glob("*.parquet"))
     t = pd.concat([pd.read_parquet(f, columns=["op_id", "spec", "mode", "family"]) for f in files])
     t = t[(t["family"] == "conv") & (t["mode"] == "inference")].drop_duplicates("op_id")
-    t = t[[grouped_conv(s) for s in t["spec"]]]
+    if kind == "grouped":
+        t = t[[grouped_conv(s) for s in t["spec"]]]
+    else:
+        t = t[[json.loads(s)["attrs"].get("groups", 1) == 1 for s in t["spec"]]]
     return t.sample(min(n, len(t)), random_state=0)[["op_id", "spec"]]
 
 
-def measure(gpu: str, n: int, out: Path, bench: bool) -> None:
+def measure(gpu: str, n: int, out: Path, bench: bool, kind: str, tf32: bool) -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     from opcost import harness
 
-    samples = grouped_samples(gpu, n)
-    rows = [("regnet_y_800mf", json.dumps(REGNET))] + list(samples.itertuples(index=False))
-    print(f"{torch.cuda.get_device_name()}: {len(rows)} grouped convolutions", flush=True)
+    samples = conv_samples(gpu, n, kind)
+    rows = [("regnet_y_800mf", json.dumps(REGNET))] if kind == "grouped" else []
+    rows += list(samples.itertuples(index=False))
+    print(f"{torch.cuda.get_device_name()}: {len(rows)} {kind} convolutions", flush=True)
     with open(out, "w", newline="") as f:
         writer = csv.DictWriter(f, ["op_id", "spec", "benchmark", "gpu_time_s", "n_kernels"])
         writer.writeheader()
         torch.backends.cudnn.benchmark = bench
         for i, (op_id, spec) in enumerate(rows):
-            opts = harness.HarnessOptions(mode="inference", device="cuda", tf32=True)
+            opts = harness.HarnessOptions(mode="inference", device="cuda", tf32=tf32)
             harness.configure_numerics(opts)
             workload = harness.prepare_op(json.loads(spec), opts)
             times, kernels = [], []
@@ -106,7 +113,7 @@ def score(paths: list[Path], gpu: str) -> None:
     d["benchmark"] = d["benchmark"].astype(str).eq("True")
     wide = d.pivot_table(index="op_id", columns="benchmark", values="gpu_time_s")
     ratio = wide[False] / wide[True]
-    print(f"{len(wide)} grouped convolutions: heuristics over benchmark, median "
+    print(f"{len(wide)} convolutions: heuristics over benchmark, median "
           f"{ratio.median():.2f}, 90th percentile {ratio.quantile(0.9):.2f}, max "
           f"{ratio.max():.1f}; {int((ratio > 1.5).sum())} over 1.5x")  # fmt: skip
     if "regnet_y_800mf" in wide.index:
@@ -121,7 +128,7 @@ def score(paths: list[Path], gpu: str) -> None:
     rows = d[d["op_id"] != "regnet_y_800mf"].copy()
     rows["mode"] = "inference"
     rows["op_type"] = [json.loads(s)["type"] for s in rows["spec"]]
-    rows["dtype"], rows["tf32"] = "float32", True
+    rows["dtype"], rows["tf32"] = "float32", not gpu.endswith("notf32")
     for c in ("sm_clock_mhz", "mem_clock_mhz", "power_limit_w"):
         rows[c] = np.nan
     roof = rl.roofline_times_s(list(rows["spec"]), ["inference"] * len(rows), peaks)
@@ -149,11 +156,12 @@ parser.add_argument("--gpu", default="h200", help="the op space's configuration 
 parser.add_argument("--n", type=int, default=250)
 parser.add_argument("--out", type=Path, help="measure (on this host's GPU) into this CSV")
 parser.add_argument("--benchmark", action="store_true", help="let cuDNN time its algorithms")
+parser.add_argument("--kind", choices=("grouped", "dense"), default="grouped")
 parser.add_argument("--score", type=Path, nargs="+", help="score recorded CSVs instead")
 args = parser.parse_args()
 if args.score:
     score(args.score, args.gpu)
 elif args.out:
-    measure(args.gpu, args.n, args.out, args.benchmark)
+    measure(args.gpu, args.n, args.out, args.benchmark, args.kind, not args.gpu.endswith("notf32"))
 else:
     parser.error("give --out to measure, or --score FILE")
