@@ -44,8 +44,8 @@ REGNET = {
 
 def conv_samples(gpu: str, n: int, kind: str = "grouped") -> pd.DataFrame:
     """``n`` of the op space's inference convolutions of ``gpu``, drawn at random: grouped
-    ones (:func:`opcost.predict_replay.grouped_conv`), or ``dense`` ones (one group)."""
-    from opcost.predict_replay import grouped_conv
+    ones (:func:`opcost.model.shapes.grouped_conv`), or ``dense`` ones (one group)."""
+    from opcost.model.shapes import grouped_conv
 
     files = sorted((REPO / "data/op-space" / gpu).glob("*.parquet"))
     t = pd.concat([pd.read_parquet(f, columns=["op_id", "spec", "mode", "family"]) for f in files])
@@ -135,10 +135,10 @@ def score(paths: list[Path], gpu: str) -> None:
     x = opmodel.features(rows, build_schema(rows["op_type"]), roof)
     ids = rows["op_id"].unique()
     fold = dict(zip(ids, np.random.default_rng(0).integers(0, 5, len(ids)), strict=True))
+    y = np.log(rows["gpu_time_s"].to_numpy() / roof)
+    f = rows["op_id"].map(fold).to_numpy()
     for bench in (False, True):
         m = (rows["benchmark"] == bench).to_numpy()
-        y = np.log(rows["gpu_time_s"].to_numpy() / roof)
-        f = rows["op_id"].map(fold).to_numpy()
         err = []
         for k in range(5):
             tr, te = m & (f != k), m & (f == k)

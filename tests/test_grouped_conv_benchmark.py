@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from opcost.predict_replay import grouped_conv
+from opcost.model.shapes import grouped_conv
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "grouped_conv_benchmark"

@@ -244,7 +244,7 @@ def _conv_row(position: int, **params) -> dict:
 
 
 def test_grouped_convolutions_share_of_the_gpu_time(model, network) -> None:
-    from opcost.predict_replay import grouped_conv
+    from opcost.model.shapes import grouped_conv
 
     grouped = _conv_row(3, groups=4)
     depthwise = _conv_row(4, groups=64)

@@ -21,9 +21,9 @@ are replayed on a host thread and a GPU stream (:mod:`opcost.replay`):
   for its busy time from a graph, ``graph_busy_time_s``, at its busy power), where the
   host's share vanishes and the GPU alone sets the time;
 * ``grouped_conv_share``: the share of the GPU busy time in grouped convolutions
-  (:func:`grouped_conv`), whose time depends on which kernels cuDNN picks, one for the
-  whole call or one a group, which their shapes do not tell: a network with much of its
-  time in them is predicted less surely.
+  (:func:`opcost.model.shapes.grouped_conv`), whose time depends on which kernels cuDNN
+  picks, one for the whole call or one a group, which their shapes do not tell: a
+  network with much of its time in them is predicted less surely.
 
 Ops whose type the op space never sampled are predicted by a stand-in (the elementwise
 model) and listed in ``extrapolation``::
@@ -42,9 +42,10 @@ import numpy as np
 import pandas as pd
 
 from opcost import replay as rp
-from opcost.model import PredictorError, grad_sums, inplace_saves, leaf_grads, shapes
+from opcost.model import PredictorError, grad_sums, inplace_saves, leaf_grads
 from opcost.model.op_spec import family_of
 from opcost.model.opmodel import NO_KERNEL_FAMILIES, OpModel, model_key
+from opcost.model.shapes import grouped_conv
 from opcost.names import MODES
 from opcost.predict import PER_OP_COLUMNS, NetworkPrediction, best_choices
 
@@ -288,20 +289,6 @@ def replay_networks(
         extrapolation=extrapolation,
         op_predictions=pd.concat(op_rows, ignore_index=True),
     )
-
-
-def grouped_conv(spec: str) -> bool:
-    """Whether op ``spec`` is a grouped convolution: more than one group, fewer groups
-    than input channels (a depthwise one's kernels are predicted as surely as a dense
-    one's)."""
-    try:
-        family = family_of(json.loads(spec)["type"])
-    except (ValueError, KeyError, TypeError):
-        return False
-    if family != "conv":
-        return False
-    f = dict(zip(shapes.SHAPE_FEATURES, shapes.shape_features(spec), strict=True))
-    return f["log_groups"] > 0 and not f["depthwise"]
 
 
 def common_probe_s(models: dict[str, OpModel]) -> float:

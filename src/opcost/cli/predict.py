@@ -216,8 +216,6 @@ GROUPED_CONV_NOTE_SHARE = 0.2
 def _grouped_conv_line(mode: str, group: pd.DataFrame) -> str | None:
     """A caution where grouped convolutions hold :data:`GROUPED_CONV_NOTE_SHARE` or more of
     the predicted GPU time on some configuration, else None."""
-    if "grouped_conv_share" not in group or group.empty:
-        return None
     share = group["grouped_conv_share"]
     if not share.max() >= GROUPED_CONV_NOTE_SHARE:
         return None
@@ -288,8 +286,9 @@ def _render_replay(
         for mode, b in best.groupby("mode", sort=False):
             parts = _best_parts(b, ("time", "energy"), with_setting=False)
             lines.append(f"best for {mode}: " + "; ".join(parts))
-            lines.append(_pace_line(str(mode), group[group["mode"] == mode]))
-            grouped = _grouped_conv_line(str(mode), group[group["mode"] == mode])
+            in_mode = group[group["mode"] == mode]
+            lines.append(_pace_line(str(mode), in_mode))
+            grouped = _grouped_conv_line(str(mode), in_mode)
             lines += [grouped] if grouped else []
         flags = result.extrapolation[result.extrapolation["network"] == network]
         lines += _extrapolation_lines(flags, n_ops, n_calls, "unlike any sampled")

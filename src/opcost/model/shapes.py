@@ -185,6 +185,20 @@ def fast_path(op: OpSpec) -> bool:
     )
 
 
+def grouped_conv(spec: str) -> bool:
+    """Whether op ``spec`` (:mod:`opcost.spec` format) is a grouped convolution: more than
+    one group, fewer groups than input channels (not depthwise, whose kernels are
+    predicted as surely as a dense convolution's)."""
+    try:
+        family = family_of(json.loads(spec)["type"])
+    except (ValueError, KeyError, TypeError):
+        return False
+    if family != "conv":
+        return False
+    f = dict(zip(SHAPE_FEATURES, shape_features(spec), strict=True))
+    return f["log_groups"] > 0 and not f["depthwise"]
+
+
 def alignment(size: int) -> int:
     """``log2`` of the largest power of two, up to ``ALIGN_CAP``, that divides ``size``:
     GPU kernels load and tile in aligned vectors (a TF32 tensor-core tile takes 8
