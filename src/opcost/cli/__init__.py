@@ -49,7 +49,8 @@ from opcost.cli.common import (
     _short_type,
     parse_shape,
 )
-from opcost.cli.predict import cmd_gpus, cmd_predict
+from opcost.cli.gpus import cmd_gpus
+from opcost.cli.predict import cmd_predict
 from opcost.errors import OpcostError
 from opcost.names import MODES
 
