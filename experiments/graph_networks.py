@@ -2,6 +2,7 @@
 
     python experiments/graph_networks.py --gpu h100 --out DIR [--budget-s 480]
                                          [--models NAME ...] [--batches 8 64]
+                                         [--cudnn-benchmark]
 
 Runs :func:`opcost.tracing.trace_job` (the job of rule ``trace_network``) for every
 model-input set of ``config/hopper.yaml`` and ``config/hopper-large.yaml`` (or, with
@@ -9,7 +10,9 @@ model-input set of ``config/hopper.yaml`` and ``config/hopper-large.yaml`` (or, 
 and training, on GPU configuration ``--gpu`` of those configs (the GPU of this host),
 into ``DIR/{gpu}/default/{mode}/traces/networks/{model_input}.json``: the eager figures
 (host, GPU kernel and wall time, the breakdown) and the CUDA-graph ones (``graph_*``),
-all from one run on one host. Prints a line per job; stops starting jobs after
+all from one run on one host. With ``--cudnn-benchmark``, cuDNN times its convolution
+algorithms (``torch.backends.cudnn.benchmark``), as configuration ``{gpu}-cudnnbench``
+(``DIR/{gpu}-cudnnbench/...``). Prints a line per job; stops starting jobs after
 ``--budget-s`` seconds. ``bench/graph_replay.py`` compares the result with the replay.
 """
 
@@ -43,10 +46,17 @@ def model_inputs(
     return out
 
 
-def gpu_config(name: str) -> GpuConfig:
+def gpu_config(name: str, cudnn_benchmark: bool = False) -> GpuConfig:
     g = yaml.safe_load((REPO / STUDIES[0]).read_text())["gpus"][name]
     return GpuConfig(
-        name, g["device"], g["tf32"], g["dtype"], (parse_setting("default"),), None, None
+        f"{name}-cudnnbench" if cudnn_benchmark else name,
+        g["device"],
+        g["tf32"],
+        g["dtype"],
+        (parse_setting("default"),),
+        None,
+        None,
+        cudnn_benchmark=cudnn_benchmark,
     )
 
 
@@ -57,8 +67,9 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=480.0)
     parser.add_argument("--models", nargs="*", help="torchvision networks instead of the studies'")
     parser.add_argument("--batches", nargs="*", type=int, default=[8, 64])
+    parser.add_argument("--cudnn-benchmark", action="store_true")
     args = parser.parse_args()
-    gpu = gpu_config(args.gpu)
+    gpu = gpu_config(args.gpu, args.cudnn_benchmark)
     start = time.time()
     for mi in model_inputs(args.models, tuple(args.batches)):
         for mode in ("inference", "training"):

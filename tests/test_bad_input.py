@@ -399,6 +399,29 @@ def test_gpu_setting_on_the_cpu_is_refused(default_config):
     )
 
 
+def test_cudnn_benchmark_on_the_cpu_is_refused(default_config):
+    default_config["gpus"] = {"local": {"device": "cpu", "cudnn_benchmark": True}}
+    with pytest.raises(ConfigError) as info:
+        load_study(default_config)
+    assert str(info.value).startswith("gpus.local.cudnn_benchmark: true needs a CUDA device")
+    default_config["gpus"] = {"local": {"device": "cpu", "cudnn_benchmark": "yes"}}
+    with pytest.raises(ConfigError, match="cudnn_benchmark"):
+        load_study(default_config)
+
+
+def test_cudnn_benchmark_changes_a_measurements_params_only_where_it_is_on(default_config):
+    """Measurements made before the key existed keep their rules' params (no rerun)."""
+    from opcost.workflow import gpu_params
+
+    default_config["gpus"] = {
+        "a": {"device": "cuda"},
+        "b": {"device": "cuda", "cudnn_benchmark": True},
+    }
+    study = load_study(default_config)
+    assert gpu_params(study, "a") == {"device": "cuda", "tf32": True, "dtype": "float32"}
+    assert gpu_params(study, "b") == {**gpu_params(study, "a"), "cudnn_benchmark": True}
+
+
 @pytest.mark.parametrize("device", ["auto", "cpu"])
 def test_profiling_job_fails_when_its_setting_cannot_be_applied(tmp_path, monkeypatch, device):
     """`device: auto` on a node without a GPU passes the config check (it runs where the

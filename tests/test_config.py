@@ -95,6 +95,7 @@ def test_defaults_are_filled_in_as_snakemake_validate_does(config):
         assert ours["gpus"]["a"] == {
             "device": "cpu",
             "tf32": True,
+            "cudnn_benchmark": False,
             "dtype": "float32",
             "settings": ["default"],
             "slurm_gpu_model": None,

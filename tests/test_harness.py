@@ -423,3 +423,22 @@ def test_profile_options_default_to_the_config_schema(monkeypatch):
         profile.profile_defaults.cache_clear()
     assert (opts.min_run_time_s, opts.max_block_size, opts.warmup_s) == (0.125, 7, 0.5)
     assert opts.block_size == section["block_size"]["default"]
+
+
+def test_the_configurations_cudnn_benchmark_reaches_pytorch_and_the_record():
+    """cudnn_benchmark is set as the GPU configuration says, for every measurement of it
+    (configure_numerics runs before each), and recorded; TF32 stays as configured."""
+    import dataclasses
+
+    saved = torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32
+    try:
+        for on in (True, False):
+            gpu = dataclasses.replace(CPU, cudnn_benchmark=on, tf32=not on)
+            opts = profile.options_for(gpu, "training", {})
+            harness.configure_numerics(opts)
+            assert torch.backends.cudnn.benchmark is on
+            assert torch.backends.cudnn.allow_tf32 is (not on)
+            header = profile.record_header("op", gpu.name, "default", opts, 1)
+            assert (header["cudnn_benchmark"], header["tf32"]) == (on, not on)
+    finally:
+        torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32 = saved

@@ -126,9 +126,10 @@ def test_a_tf32_off_configuration_of_op_space_data_also_reads_its_twins_tables(r
     assert osw.op_model_inputs(study, "on") == {"chunks": on, "twin": [], "peers": []}
 
 
-def test_measured_op_models_train_on_the_studys_chunks_and_the_tf32_twins(repo):
+def test_measured_op_models_train_on_the_studys_chunks_and_the_default_twins(repo):
     study = load_study_file(repo / "config" / "op-space.yaml")
-    assert osw.op_models_gpus(study) == ["h100", "h200", "h100-notf32", "h200-notf32"]
+    assert osw.op_models_gpus(study) == [
+        "h100", "h200", "h100-notf32", "h200-notf32", "h200-cudnnbench"]  # fmt: skip
     # Every round's: round 1's 2,272 configurations in chunks of 250 (10 chunks), then
     # round 2's and round 3's 1,200 each (5 chunks, r2-0 to r2-4 and r3-0 to r3-4),
     # round 4's 120 (one chunk), round 5's 480 (two) and round 6's 720 (three); round 7's
@@ -188,6 +189,13 @@ def test_measured_op_models_train_on_the_studys_chunks_and_the_tf32_twins(repo):
         "chunks": h200_off,
         "twin": [*h200_on, *h100_on],
         "peers": h100_off,
+    }
+    # With cudnn_benchmark: the rounds every configuration measures (1-6), its
+    # convolutions only; the rest from the H200's configuration without it, pooled.
+    assert osw.op_model_inputs(study, "h200-cudnnbench") == {
+        "chunks": [c.format("h200-cudnnbench") for c in chunks],
+        "twin": [*h200_on, *h100_on],
+        "peers": [],
     }
     assert osw.op_model_inputs(study, "h200") == {"chunks": h200_on, "twin": [], "peers": h100_on}
     assert osw.op_model_inputs(study, "h100") == {"chunks": h100_on, "twin": [], "peers": h200_on}

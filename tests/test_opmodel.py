@@ -590,6 +590,18 @@ def test_pooled_rows_keep_a_configurations_own_measurement_and_add_what_only_a_p
     assert len(alone) == pooled_alone["_train"].sum() == len(mine)
 
 
+def test_a_cudnn_benchmark_configuration_takes_all_but_its_convolutions_from_its_twin():
+    h200 = _load("h200")
+    convs = h200[h200["family"] == "conv"].head(40).assign(cudnn_benchmark=True)
+    mine, pooled = op_tables.pooled_rows(convs, h200, None)
+    ok = op_tables.training_rows(h200)
+    assert keys(mine[mine["family"] == "conv"]) == keys(op_tables.training_rows(convs))
+    assert len(mine) == len(op_tables.training_rows(convs)) + (ok["family"] != "conv").sum()
+    assert mine["cudnn_benchmark"].all()
+    assert mine["tf32"].all()
+    assert pooled["_train"].sum() == len(mine)
+
+
 def test_a_configuration_learns_the_samples_only_its_peer_measured() -> None:
     # A quarter of the H200's convolutions (TF32 on) left out of its table, all measured
     # on the H100. Pooled with the H100's table, the H200's model learns them from the

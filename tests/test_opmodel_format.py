@@ -122,6 +122,14 @@ def test_held_out_errors_and_twin(table: pd.DataFrame) -> None:
     assert op_tables.twin_of({"h100": table, "h100-notf32": off}, "h100") is None
     other = table.assign(gpu_name="NVIDIA H200")
     assert op_tables.twin_of({"h200": other, "h100-notf32": off}, "h100-notf32") is None
+    # cudnn_benchmark on: the twin is the same GPU with PyTorch's defaults; a table
+    # measured before the column existed reads as benchmark off.
+    bench = table.assign(cudnn_benchmark=True)
+    both = {"h100": table, "h100-bench": bench, "h100-notf32": off}
+    assert op_tables.twin_of(both, "h100-bench") == "h100"
+    assert op_tables.twin_of({**both, "h100": bench.assign(gpu_name="x")}, "h100-bench") is None
+    assert op_tables.peers_of({**both, "h200-bench": bench.assign(gpu_name="H200")},
+                              "h100-bench") == ["h200-bench"]  # fmt: skip
 
 
 def test_a_power_model_of_other_features_is_refused(saved, tmp_path: Path) -> None:

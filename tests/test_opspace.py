@@ -406,9 +406,9 @@ def test_an_empty_chunk_writes_the_same_columns_without_measuring(tiny, tmp_path
 
 def test_the_op_space_config_twins_and_families(repo):
     study = load_study_file(repo / "config/op-space.yaml")
-    assert osw.tf32_twin(study, "h100") is None
-    assert osw.tf32_twin(study, "h100-notf32") == "h100"
-    assert osw.tf32_twin(study, "h200-notf32") == "h200"
+    assert osw.default_twin(study, "h100") is None
+    assert osw.default_twin(study, "h100-notf32") == "h100"
+    assert osw.default_twin(study, "h200-notf32") == "h200"
     assert osw.op_space_families(study, "h200") is None
     assert osw.op_space_families(study, "h100-notf32") == ["conv", "linear", "matmul", "attention"]
     total = sum(study.config["op_space"]["samples"].values())
@@ -417,7 +417,35 @@ def test_the_op_space_config_twins_and_families(repo):
     assert osw.op_space_sampling_params(study)["seed"] == 0
 
 
-def test_without_a_tf32_twin_a_tf32_off_configuration_measures_every_family(repo):
+def test_a_cudnn_benchmark_configuration_measures_its_changed_families_only():
+    """cudnn_benchmark changes only cuDNN's convolutions: a configuration with it measures
+    those and takes the rest from the same GPU's configuration with PyTorch's defaults
+    (TF32 on, benchmark off), with TF32 off too the TF32 families; another GPU, or a twin
+    with TF32 off, is no twin."""
+    from opcost.config import load_study
+
+    gpu = {"device": "cuda", "slurm_gpu_model": "h200", "gpu_name": "H200"}
+    study = load_study({
+        "gpus": {"plain": gpu, "bench": {**gpu, "cudnn_benchmark": True},
+                 "off": {**gpu, "tf32": False},
+                 "off-bench": {**gpu, "tf32": False, "cudnn_benchmark": True},
+                 "h100-bench": {**gpu, "slurm_gpu_model": "h100", "gpu_name": "H100",
+                                "cudnn_benchmark": True}},
+        "op_space": {"samples": {"conv": 1}},
+    })  # fmt: skip
+    assert [osw.default_twin(study, g) for g in study.gpus] == [
+        None, "plain", "plain", "plain", None]  # fmt: skip
+    assert osw.op_space_families(study, "plain") is None
+    assert osw.op_space_families(study, "bench") == ["conv"]
+    assert osw.op_space_families(study, "off") == ["conv", "linear", "matmul", "attention"]
+    assert osw.op_space_families(study, "off-bench") == ["conv", "linear", "matmul", "attention"]
+    assert osw.op_space_families(study, "h100-bench") is None
+    # Pooling across GPUs keeps to one setting of cudnn_benchmark.
+    assert osw.gpu_peers(study, "bench") == ["h100-bench"]
+    assert osw.gpu_peers(study, "plain") == []
+
+
+def test_without_a_default_twin_a_tf32_off_configuration_measures_every_family(repo):
     config = {
         "gpus": {"off": {"device": "cuda", "tf32": False, "slurm_gpu_model": "h100"},
                  "on": {"device": "cuda", "tf32": True, "slurm_gpu_model": "h200"}},
@@ -426,7 +454,7 @@ def test_without_a_tf32_twin_a_tf32_off_configuration_measures_every_family(repo
     from opcost.config import load_study
 
     study = load_study(config)
-    assert osw.tf32_twin(study, "off") is None  # another GPU model is no twin
+    assert osw.default_twin(study, "off") is None  # another GPU model is no twin
     assert osw.op_space_families(study, "off") is None
 
 

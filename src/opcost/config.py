@@ -27,7 +27,8 @@ _IMPORT_PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 
 @dataclass(frozen=True)
 class GpuConfig:
-    """A GPU plus its numeric settings (TF32 on/off, dtype) and the GPU settings to profile."""
+    """A GPU plus its numeric settings (TF32 on/off, dtype, cuDNN's algorithm choice) and
+    the GPU settings to profile."""
 
     name: str
     device: str
@@ -38,6 +39,8 @@ class GpuConfig:
     slurm_constraint: str | None
     #: Part of the GPU's name its measurements must run on (None: any GPU).
     gpu_name: str | None = None
+    #: cuDNN times its convolution algorithms (``torch.backends.cudnn.benchmark``).
+    cudnn_benchmark: bool = False
 
 
 @dataclass(frozen=True)
@@ -320,6 +323,11 @@ def load_study(config: dict[str, Any], *, check_models: bool = True) -> Study:
                     f"gpus.{name}.settings.{k}: setting {text!r} needs a CUDA device; "
                     f"gpus.{name}.device is 'cpu'"
                 )
+        if g.get("cudnn_benchmark") and g["device"] == "cpu":
+            raise ConfigError(
+                f"gpus.{name}.cudnn_benchmark: true needs a CUDA device (cuDNN's "
+                f"convolutions); gpus.{name}.device is 'cpu'"
+            )
         for key in ("slurm_gpu_model", "slurm_constraint"):
             value = g.get(key)
             if value is not None:
@@ -336,6 +344,7 @@ def load_study(config: dict[str, Any], *, check_models: bool = True) -> Study:
             slurm_gpu_model=g.get("slurm_gpu_model"),
             slurm_constraint=g.get("slurm_constraint"),
             gpu_name=g.get("gpu_name"),
+            cudnn_benchmark=bool(g.get("cudnn_benchmark", False)),
         )
     modes = tuple(m for m in MODES if m in config["modes"])
     check_op_space(config["op_space"], gpus)
@@ -354,7 +363,10 @@ def load_study(config: dict[str, Any], *, check_models: bool = True) -> Study:
 
 
 def _same_gpu(a: GpuConfig, b: GpuConfig) -> bool:
-    return (a.device, a.tf32, a.dtype, a.settings) == (b.device, b.tf32, b.dtype, b.settings)
+    def numerics(g: GpuConfig) -> tuple:
+        return (g.device, g.tf32, g.dtype, g.cudnn_benchmark, g.settings)
+
+    return numerics(a) == numerics(b)
 
 
 def _load_includes(
@@ -411,7 +423,8 @@ def _load_includes(
                 if not _same_gpu(prior.gpu, source.gpu):
                     raise ConfigError(
                         f"{where}: {name!r} is another GPU configuration in {prior.where} "
-                        "(device, tf32, dtype or settings differ); include one of them"
+                        "(device, tf32, dtype, cudnn_benchmark or settings differ); include one of "
+                        "them"
                     )
                 shared = set(prior.study.model_inputs) & set(study.model_inputs)
                 if shared:

@@ -57,6 +57,7 @@ class HarnessOptions:
     device: str = "cpu"
     dtype: str = "float32"
     tf32: bool = True
+    cudnn_benchmark: bool = False
     min_run_time_s: float = 1.0
     warmup_s: float = 0.2
     block_size: int = 0
@@ -129,9 +130,13 @@ def cache_bytes(device: torch.device) -> int:
 
 
 def configure_numerics(opts: HarnessOptions) -> None:
-    """TF32 for float32 matmul and cuDNN convolutions, as the GPU configuration says."""
+    """TF32 for float32 matmul and cuDNN convolutions, and whether cuDNN times its
+    convolution algorithms (``cudnn_benchmark``), as the GPU configuration says. PyTorch
+    keeps the algorithm chosen for a shape for the process's life, whatever the setting
+    it was chosen under: one process measures one setting."""
     torch.backends.cuda.matmul.allow_tf32 = opts.tf32
     torch.backends.cudnn.allow_tf32 = opts.tf32
+    torch.backends.cudnn.benchmark = opts.cudnn_benchmark
 
 
 def _forward_step(

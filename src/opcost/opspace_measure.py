@@ -87,6 +87,7 @@ COLUMNS = (
     *("measure_s",),
     *("finished_unix_s",),
     *("gpu", "device", "dtype", "tf32", "gpu_name", "gpu_uuid", "torch_version"),
+    *("cudnn_benchmark",),
     *("cuda_version", "host", "started_unix_s", "driver_version", "host_cpu", "sync_s"),
     *("host_probe_s", "backward_node_s", "idle_power_w"),
     *("peak_matmul_flops_per_s", "peak_memory_bytes_per_s"),
@@ -300,6 +301,7 @@ def measure_chunk(
     table = pd.DataFrame(rows)
     for key in ("gpu", "device", "dtype", "tf32", "gpu_name", "gpu_uuid", "torch_version"):
         table[key] = header.get(key)
+    table["cudnn_benchmark"] = opts0.cudnn_benchmark
     for key in ("cuda_version", "host", "started_unix_s", "driver_version"):
         table[key] = header.get(key)
     table["host_cpu"] = facts["host_cpu"]

@@ -134,18 +134,24 @@ def op_space_round_params(study: Study, round_: int) -> dict[str, Any]:
 
 #: Op families whose kernels TF32 changes (cuBLAS and cuDNN matrix products).
 TF32_FAMILIES = ("conv", "linear", "matmul", "attention")
+#: Op families whose kernels ``cudnn_benchmark`` changes (cuDNN's convolutions).
+CUDNN_BENCHMARK_FAMILIES = ("conv",)
 
 
-def tf32_twin(study: Study, gpu: str) -> str | None:
-    """The study's configuration of the same GPU with TF32 on, for one with TF32 off (same
-    device, dtype, SLURM GPU model and GPU name); None if there is none or TF32 is on."""
+def default_twin(study: Study, gpu: str) -> str | None:
+    """The study's configuration of the same GPU with PyTorch's default numerics (TF32
+    on, ``cudnn_benchmark`` off; same device, dtype, SLURM GPU model and GPU name), for
+    one with TF32 off or ``cudnn_benchmark`` on; None if there is none or ``gpu`` has
+    those numerics itself."""
     g = study.gpus[gpu]
-    if g.tf32:
+    if g.tf32 and not g.cudnn_benchmark:
         return None
     for name, other in study.gpus.items():
-        if other.tf32 and (other.device, other.dtype, *_gpu_of(other)) == (
-            g.device, g.dtype, *_gpu_of(g)
-        ):  # fmt: skip
+        if (
+            other.tf32
+            and not other.cudnn_benchmark
+            and (other.device, other.dtype, *_gpu_of(other)) == (g.device, g.dtype, *_gpu_of(g))
+        ):
             return name
     return None
 
@@ -155,11 +161,23 @@ def _gpu_of(c: GpuConfig) -> tuple:
     return (c.slurm_gpu_model, c.slurm_constraint, c.gpu_name)
 
 
+def twin_families(tf32: bool, cudnn_benchmark: bool) -> list[str]:
+    """The op families whose kernels differ from those with TF32 on and
+    ``cudnn_benchmark`` off: :data:`TF32_FAMILIES` with TF32 off, and
+    :data:`CUDNN_BENCHMARK_FAMILIES` with ``cudnn_benchmark`` on, in that order (a rule's
+    params: the order must not change)."""
+    families = [] if tf32 else list(TF32_FAMILIES)
+    if cudnn_benchmark:
+        families += [f for f in CUDNN_BENCHMARK_FAMILIES if f not in families]
+    return families
+
+
 def op_space_families(study: Study, gpu: str) -> list[str] | None:
-    """The op families configuration ``gpu`` measures: with TF32 off and a TF32 twin,
-    only :data:`TF32_FAMILIES` (the rest runs the same kernels and is the twin's);
-    else all (None)."""
-    return list(TF32_FAMILIES) if tf32_twin(study, gpu) else None
+    """The op families configuration ``gpu`` measures: with a twin (:func:`default_twin`),
+    only those its numerics change (:func:`twin_families`; the rest runs the same kernels
+    and is the twin's); else all (None)."""
+    g = study.gpus[gpu]
+    return twin_families(g.tf32, g.cudnn_benchmark) if default_twin(study, gpu) else None
 
 
 def run_op_space_samples(params: dict[str, Any], output: str) -> None:
@@ -249,10 +267,9 @@ def _op_space_data_relatives(
     from opcost.config_opspace import op_space_data_gpus
     from opcost.model import op_tables
 
-    columns = ["tf32", "gpu_name", "dtype"]
     tables = {
         name: pd.concat(
-            [pd.read_parquet(p, columns=columns) for p in op_space_data_chunks(data, name)],
+            [op_tables.read_numerics(p) for p in op_space_data_chunks(data, name)],
             ignore_index=True,
         )
         for name in op_space_data_gpus(data)
@@ -277,13 +294,14 @@ def op_models_gpus(study: Study) -> list[str]:
 
 def gpu_peers(study: Study, gpu: str) -> list[str]:
     """The study's configurations whose op-space samples the op models of ``gpu`` pool
-    with its own (``op_space.model.pool_gpus``): the same device kind, dtype and TF32
-    setting on another GPU (SLURM GPU model, constraint or GPU name)."""
+    with its own (``op_space.model.pool_gpus``): the same device kind, dtype, TF32 and
+    ``cudnn_benchmark`` setting on another GPU (SLURM GPU model, constraint or GPU name)."""
     g = study.gpus[gpu]
     return [
         name
         for name, other in study.gpus.items()
-        if (other.device, other.dtype, other.tf32) == (g.device, g.dtype, g.tf32)
+        if (other.device, other.dtype, other.tf32, other.cudnn_benchmark)
+        == (g.device, g.dtype, g.tf32, g.cudnn_benchmark)
         and _gpu_of(other) != _gpu_of(g)
     ]
 
@@ -294,13 +312,13 @@ def op_model_inputs(study: Study, gpu: str) -> dict[str, list[str]]:
     ``op_space.model.pool_gpus``, its peers' on other GPUs (``peers``, :func:`gpu_peers`)
     and its twin's peers' (in ``twin``). From ``op_space.data`` when it is set (the twin:
     :func:`opcost.model.op_tables.twin_of` over the directory's configurations), else the
-    study's measurements (``results/op-space/raw``; the twin: :func:`tf32_twin`)."""
+    study's measurements (``results/op-space/raw``; the twin: :func:`default_twin`)."""
     op_space = study.config["op_space"]
     pool = bool(op_space["model"]["pool_gpus"])
     if op_space["data"] is not None:
         return op_space_data_inputs(op_space["data"], gpu, pool)
 
-    twin = tf32_twin(study, gpu)
+    twin = default_twin(study, gpu)
     twins = [twin, *(gpu_peers(study, twin) if pool else [])] if twin else []
     return {
         "chunks": op_space_chunk_paths(study, [gpu]),

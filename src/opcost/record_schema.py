@@ -62,6 +62,9 @@ RECORD_FIELDS: dict[str, RecordField] = {
     "device": _field("string", "`cuda` or `cpu`"),
     "dtype": _field("string", "numeric type of the GPU configuration"),
     "tf32": _field("boolean", "whether TF32 was allowed"),
+    "cudnn_benchmark": _field(
+        "boolean", "whether cuDNN timed its convolution algorithms (absent: it did not)"
+    ),
     "power_available": _field("boolean", "whether a power log was taken"),
     "block_size": _field(
         "integer", "distinct instances cycled through in the timed loop", **_COUNT

@@ -134,6 +134,7 @@ def gpu_config(name: str, params: Mapping[str, Any]) -> GpuConfig:
         settings=(parse_setting("default"),),
         slurm_gpu_model=None,
         slurm_constraint=None,
+        cudnn_benchmark=bool(params.get("cudnn_benchmark", False)),
     )
 
 

@@ -208,9 +208,14 @@ def run_trace(
 
 
 def gpu_params(study: Study, gpu: str) -> dict[str, Any]:
-    """The GPU configuration's fields that change a measurement (rerun when they change)."""
+    """The GPU configuration's fields that change a measurement (rerun when they change).
+    ``cudnn_benchmark`` only where it is on, so that measurements made before it existed
+    stay valid."""
     g = study.gpus[gpu]
-    return {"device": g.device, "tf32": g.tf32, "dtype": g.dtype}
+    params: dict[str, Any] = {"device": g.device, "tf32": g.tf32, "dtype": g.dtype}
+    if g.cudnn_benchmark:
+        params["cudnn_benchmark"] = True
+    return params
 
 
 def measurement_params(study: Study) -> dict[str, Any]:

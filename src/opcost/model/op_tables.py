@@ -1,8 +1,9 @@
 """The op-space tables a GPU configuration's op models learn from.
 
-A configuration's chunk tables (:func:`read_chunks`) hold its own samples; a TF32-off
-configuration measures only the families TF32 changes and takes the rest from its
-*twin* (:func:`twin_of`: the same GPU and dtype with TF32 on); with
+A configuration's chunk tables (:func:`read_chunks`) hold its own samples; a configuration
+with TF32 off or ``cudnn_benchmark`` on measures only the families those change and takes
+the rest from its *twin* (:func:`twin_of`: the same GPU and dtype with TF32 on and
+``cudnn_benchmark`` off); with
 ``op_space.model.pool_gpus`` it also learns from its *peers* (:func:`peers_of`: the other
 GPUs' configurations of the same numerics), the configurations only they measured
 (:func:`pooled_rows`). :func:`training_rows` keeps the usable samples of any of them;
@@ -26,6 +27,11 @@ def training_rows(table: pd.DataFrame) -> pd.DataFrame:
     rows["op_type"] = rows["op_type"].astype(str)
     rows["dtype"] = rows["dtype"].astype(str)
     rows["tf32"] = rows["tf32"].astype(bool)
+    # Tables measured before the column were measured with cuDNN's heuristics.
+    benchmark = rows.get("cudnn_benchmark", False)
+    rows["cudnn_benchmark"] = (
+        pd.Series(benchmark, index=rows.index, dtype="boolean").fillna(False).astype(bool)
+    )
     for c in ("sm_clock_mhz", "mem_clock_mhz", "power_limit_w"):
         rows[c] = np.nan
     return rows.reset_index(drop=True)
@@ -66,27 +72,50 @@ def read_chunks(paths: list[str]) -> pd.DataFrame:
     return pd.concat([t for t in tables if len(t)] or tables[:1], ignore_index=True)
 
 
-def _recorded(table: pd.DataFrame) -> tuple[Any, Any, bool | None]:
-    """``(gpu_name, dtype, tf32)`` as a configuration's chunk table records them (its
-    first non-missing value of each; None where it records none)."""
+#: The columns that say which numerics a chunk table was measured with.
+NUMERICS_COLUMNS = ("gpu_name", "dtype", "tf32", "cudnn_benchmark")
+
+
+def read_numerics(path: str) -> pd.DataFrame:
+    """:data:`NUMERICS_COLUMNS` of one chunk table; ``cudnn_benchmark`` False where the
+    table predates the column (measured with cuDNN's heuristics)."""
+    import pyarrow.parquet as pq
+
+    present = set(pq.read_schema(path).names)
+    table = pd.read_parquet(path, columns=[c for c in NUMERICS_COLUMNS if c in present])
+    if "cudnn_benchmark" not in present:
+        table["cudnn_benchmark"] = False
+    return table
+
+
+def _recorded(table: pd.DataFrame) -> tuple[Any, Any, bool | None, bool]:
+    """``(gpu_name, dtype, tf32, cudnn_benchmark)`` as a configuration's chunk table records
+    them (its first non-missing value of each; None where it records none; for
+    ``cudnn_benchmark``, False)."""
 
     def first(column: str) -> Any:
-        values = table[column].dropna()
+        values = table[column].dropna() if column in table else table.iloc[:0, 0]
         return values.iloc[0] if len(values) else None
 
     tf32 = first("tf32")
-    return first("gpu_name"), first("dtype"), None if tf32 is None else bool(tf32)
+    return (
+        first("gpu_name"),
+        first("dtype"),
+        None if tf32 is None else bool(tf32),
+        bool(first("cudnn_benchmark") or False),
+    )
 
 
 def twin_of(tables: dict[str, pd.DataFrame], gpu: str) -> str | None:
-    """For a TF32-off configuration, the configuration among ``tables`` measured on the
-    same GPU model with the same dtype and TF32 on (the one whose rows fill the families
-    it does not measure); None for TF32 on or without one."""
-    gpu_name, dtype, tf32 = _recorded(tables[gpu])
-    if tf32 is None or tf32:
+    """For a configuration with TF32 off or ``cudnn_benchmark`` on, the configuration
+    among ``tables`` measured on the same GPU model with the same dtype, TF32 on and
+    ``cudnn_benchmark`` off (the one whose rows fill the families it does not measure);
+    None for those numerics themselves or without one."""
+    gpu_name, dtype, tf32, benchmark = _recorded(tables[gpu])
+    if tf32 is None or (tf32 and not benchmark):
         return None
     for name, table in sorted(tables.items()):
-        if name != gpu and _recorded(table) == (gpu_name, dtype, True):
+        if name != gpu and _recorded(table) == (gpu_name, dtype, True, False):
             return name
     return None
 
@@ -94,9 +123,10 @@ def twin_of(tables: dict[str, pd.DataFrame], gpu: str) -> str | None:
 def peers_of(tables: dict[str, pd.DataFrame], gpu: str) -> list[str]:
     """The configurations among ``tables`` whose samples the op models of ``gpu`` pool
     with its own (:func:`opcost.model.opmodel.fit`): measured on another GPU model with
-    the same dtype and TF32 setting. Their kernels are the same (on the H100 and the
-    H200, 99.5 % of the sampled convolutions ran as many kernels on both, in a median 4 %
-    less time on the H200), so a configuration either measured teaches both."""
+    the same dtype, TF32 and ``cudnn_benchmark`` setting. Their kernels are the same (on
+    the H100 and the H200, 99.5 % of the sampled convolutions ran as many kernels on both,
+    in a median 4 % less time on the H200), so a configuration either measured teaches
+    both."""
     gpu_name, *numerics = _recorded(tables[gpu])
     recorded = {name: _recorded(table) for name, table in sorted(tables.items()) if name != gpu}
     return [n for n, (g, *num) in recorded.items() if g != gpu_name and num == numerics]
@@ -106,12 +136,13 @@ def pooled_rows(
     table: pd.DataFrame, twin: pd.DataFrame | None, peers: pd.DataFrame | None
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(own, pooled)`` rows. ``own``: the configuration's samples and, for the families
-    it does not measure, those its ``twin`` table ran on the same GPU (TF32 set as its
-    own). ``pooled``: its samples, its ``peers``' and, for the families none of them
-    measures, those of ``twin``'s GPUs, indexed 0..n-1, with columns ``_measured`` (its
-    or a peer's own measurement, not a twin's) and ``_train``: the rows learnt from, its
-    own samples and then those of a configuration and mode only a peer measured (its own
-    GPU's twin first). Every row of a GPU sets that GPU's ceilings and kernel floor."""
+    it does not measure, those its ``twin`` table ran on the same GPU (TF32 and
+    ``cudnn_benchmark`` set as its own). ``pooled``: its samples, its ``peers``' and, for
+    the families none of them measures, those of ``twin``'s GPUs, indexed 0..n-1, with
+    columns ``_measured`` (its or a peer's own measurement, not a twin's) and ``_train``:
+    the rows learnt from, its own samples and then those of a configuration and mode only
+    a peer measured (its own GPU's twin first). Every row of a GPU sets that GPU's
+    ceilings and kernel floor."""
     rows = training_rows(table)
     tf32, name = rows["tf32"].iloc[0], rows["gpu_name"].iloc[0]
     parts = [rows.assign(_measured=True, _train=True)]
@@ -123,7 +154,9 @@ def pooled_rows(
     measured = pd.concat(parts, ignore_index=True)
     own_lacking = lacking = measured.iloc[:0]
     if twin is not None:
-        lacking = training_rows(twin).assign(tf32=tf32, _measured=False)
+        lacking = training_rows(twin).assign(
+            tf32=tf32, cudnn_benchmark=bool(rows["cudnn_benchmark"].iloc[0]), _measured=False
+        )
         lacking = lacking.sort_values("gpu_name", key=lambda g: g != name, kind="stable")
         own_lacking = lacking[~lacking["family"].isin(set(rows["family"]))]
         own_lacking = own_lacking[own_lacking["gpu_name"] == name]

@@ -36,8 +36,9 @@ configurations only (:mod:`opcost.opspace`; networks are never training data):
   from the samples with a power window (:mod:`opcost.model.op_power`).
 
 Views (no kernels) take GPU time 0. A family the op space lacks for a configuration (a
-TF32-off configuration measures only the TF32 families; the rest is its twin's, see
-:func:`opcost.opspace_workflow.tf32_twin`) is learnt from the twin's rows. Regressors:
+TF32-off configuration measures only the TF32 families, one with ``cudnn_benchmark`` only
+the convolutions; the rest is its twin's, see
+:func:`opcost.opspace_workflow.default_twin`) is learnt from the twin's rows. Regressors:
 ``random_forest``, ``extra_trees``, ``gradient_boosting`` (:func:`opcost.train.make_regressor`).
 """
 
@@ -441,6 +442,7 @@ def fit(
         meta={
             "dtype": str(rows["dtype"].iloc[0]),
             "tf32": bool(table["tf32"].iloc[0]),
+            "cudnn_benchmark": bool(rows["cudnn_benchmark"].iloc[0]),
             "gpu_name": str(table["gpu_name"].iloc[0]),
             "driver_version": str(table["driver_version"].iloc[0]),
             "torch_version": str(table["torch_version"].iloc[0]),
