@@ -423,8 +423,8 @@ def _load_includes(
                 if not _same_gpu(prior.gpu, source.gpu):
                     raise ConfigError(
                         f"{where}: {name!r} is another GPU configuration in {prior.where} "
-                        "(device, tf32, dtype, cudnn_benchmark or settings differ); include one of "
-                        "them"
+                        "(device, tf32, dtype, cudnn_benchmark or settings differ); "
+                        "include one of them"
                     )
                 shared = set(prior.study.model_inputs) & set(study.model_inputs)
                 if shared:

@@ -301,8 +301,7 @@ def measure_chunk(
     table = pd.DataFrame(rows)
     for key in ("gpu", "device", "dtype", "tf32", "gpu_name", "gpu_uuid", "torch_version"):
         table[key] = header.get(key)
-    table["cudnn_benchmark"] = opts0.cudnn_benchmark
-    for key in ("cuda_version", "host", "started_unix_s", "driver_version"):
+    for key in ("cudnn_benchmark", "cuda_version", "host", "started_unix_s", "driver_version"):
         table[key] = header.get(key)
     table["host_cpu"] = facts["host_cpu"]
     table["sync_s"] = facts["sync_s"]

@@ -94,7 +94,7 @@ def _recorded(table: pd.DataFrame) -> tuple[Any, Any, bool | None, bool]:
     ``cudnn_benchmark``, False)."""
 
     def first(column: str) -> Any:
-        values = table[column].dropna() if column in table else table.iloc[:0, 0]
+        values = table[column].dropna() if column in table else ()
         return values.iloc[0] if len(values) else None
 
     tf32 = first("tf32")
